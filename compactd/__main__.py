@@ -1,0 +1,3 @@
+from compactd.clients.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,94 @@
+"""Typed errors of the engine.
+
+Every error names the problem in words a person can act on and carries structured `data`.
+The daemon maps each class to a JSON-RPC error code (`compactd.protocol.errors`); the engine
+never knows about the wire. An error raised by an operation means nothing was written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CompactdError(Exception):
+    """Base of every error the engine raises on purpose."""
+
+    kind = "compactd_error"
+
+    def __init__(self, message: str, **data: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data: dict[str, Any] = data
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UnknownSession(CompactdError):
+    kind = "unknown_session"
+
+
+class InvalidSessionId(CompactdError):
+    """A session id that could name something outside the data dir, or is not well formed."""
+
+    kind = "invalid_session_id"
+
+
+class InvalidGraph(CompactdError):
+    """Input that would make the graph invalid: unknown kind, duplicate id, unknown parent, …"""
+
+    kind = "invalid_graph"
+
+
+class InvalidContent(InvalidGraph):
+    """A malformed content block or message."""
+
+    kind = "invalid_content"
+
+
+class InvalidPairing(InvalidGraph):
+    """A tool result for an unknown or already answered `tool_use_id`, or a duplicate call id."""
+
+    kind = "invalid_pairing"
+
+
+class PendingToolResults(CompactdError):
+    """The head still waits for tool results, so the thread cannot move on or be rendered."""
+
+    kind = "pending_tool_results"
+
+
+class HeadConflict(CompactdError):
+    """`expectedHead` did not match: another writer moved the branch first."""
+
+    kind = "head_conflict"
+
+
+class UnknownNode(CompactdError):
+    kind = "unknown_node"
+
+
+class UnknownBranch(CompactdError):
+    kind = "unknown_branch"
+
+
+class InvalidConfig(CompactdError):
+    kind = "invalid_config"
+
+
+class CannotFit(CompactdError):
+    """Nothing the cascade may do brings the request under its limit."""
+
+    kind = "cannot_fit"
+
+
+class ProviderFailure(CompactdError):
+    """A summary provider failed; nothing was written."""
+
+    kind = "provider_failure"
+
+
+class StoreFailure(CompactdError):
+    """The log could not be written or read; nothing was acknowledged."""
+
+    kind = "store_failure"

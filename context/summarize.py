@@ -1,0 +1,71 @@
+"""The contract between the engine and a summary provider.
+
+The engine builds a `SummaryRequest` (what to summarize and how); a provider — `anthropic`,
+`client` or `digest` — answers with a `SummaryResult` or raises `SummaryFailure`. The engine
+never calls a provider itself (it does no I/O); the daemon does, then hands the text back.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+FAILURE_KINDS = (
+    "prompt_too_long",  # the provider said the summary input is over its window (400)
+    "too_large",  # the request body was too large (413)
+    "rate_limited",  # 429
+    "overloaded",  # 529, or an `overloaded_error` event inside a stream
+    "timeout",  # the wall-time bound or the HTTP timeout ran out
+    "cancelled",  # the caller cancelled
+    "stream_error",  # any other `error` event inside a stream
+    "empty",  # the provider answered with no text
+    "auth",  # 401/403: no or a bad API key
+    "unavailable",  # no provider configured / cannot be reached
+    "other",
+)
+
+
+@attrs.frozen
+class SummaryRequest:
+    """One call to a summary model."""
+
+    purpose: str  # "rolling" (Tier 4) | "collapse" (Tier 3) | "evidence" | "chunk"
+    system: str  # instructions for the summarizer
+    prompt: str  # the rendered conversation (or chunk) to summarize, as one user message
+    max_output_tokens: int
+    model: str | None = None  # None: the provider's configured model
+    input_tokens_estimate: int = 0
+
+
+@attrs.frozen
+class SummaryResult:
+    text: str
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+
+
+class SummaryFailure(Exception):
+    """A provider call that produced no usable summary. Nothing is written after one."""
+
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        *,
+        status: int | None = None,
+        prompt_tokens: int | None = None,
+        limit_tokens: int | None = None,
+    ) -> None:
+        if kind not in FAILURE_KINDS:
+            raise ValueError(f"unknown summary failure kind {kind!r}")
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.status = status
+        self.prompt_tokens = prompt_tokens
+        self.limit_tokens = limit_tokens
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
