@@ -1,1 +1,1 @@
-"""compactd subpackage."""
+"""Tool-result aging: Budget Reduction (`truncate`) and the cascade's policy (`policy`)."""

@@ -1,0 +1,42 @@
+# compactd — everything a fresh machine with Python 3.11+ (and Node 20 for the Node client) needs.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+RUN_DATA := .run/data
+
+.PHONY: install run test lint bench clean node-test
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test,plot]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## make run — import a bundled real Claude Code transcript through the daemon and show its context panel
+run: $(STAMP)
+	@mkdir -p $(RUN_DATA)
+	COMPACTD_DATA_DIR=$(RUN_DATA) $(BIN)/compactd demo tests/data/transcripts/claude-code/64da7265-8f07-4967-b79f-0ae374c13330.jsonl
+
+## make test — lint, every Python test, and the Node client's tests
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest -q
+	@if [ -d clients/node ]; then $(MAKE) --no-print-directory node-test; fi
+
+node-test: $(STAMP)
+	cd clients/node && npm ci --no-audit --no-fund --loglevel=error && npm test
+	@if [ -d clients/vscode ]; then cd clients/vscode && npm ci --no-audit --no-fund --loglevel=error && npm run build; fi
+
+lint: $(STAMP)
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+## make bench — the performance ratios (name: value lines)
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) .run .pytest_cache .hypothesis

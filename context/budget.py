@@ -1,0 +1,130 @@
+"""The request budget: what a model request may hold, and how estimates are calibrated.
+
+A budget counts the system prompt, tools, response schema, output reserve and history before
+every request (spec, final table). Context windows and output limits come from `MODELS`,
+overridable per call; a fallback model gets its own budget from the same table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from .errors import InvalidConfig
+
+
+@attrs.frozen
+class ModelSpec:
+    window: int
+    max_output: int
+
+
+# notes/anthropic-api.md §8 (2026-10); OpenAI windows for the transcripts we import.
+MODELS: dict[str, ModelSpec] = {
+    "claude-opus-5-5": ModelSpec(1_000_000, 128_000),
+    "claude-sonnet-5-5": ModelSpec(1_000_000, 128_000),
+    "claude-haiku-5-5": ModelSpec(1_000_000, 128_000),
+    "claude-opus-5": ModelSpec(1_000_000, 128_000),
+    "claude-sonnet-5": ModelSpec(1_000_000, 128_000),
+    "claude-opus-4-8": ModelSpec(1_000_000, 128_000),
+    "claude-opus-4-7": ModelSpec(1_000_000, 128_000),
+    "claude-opus-4-6": ModelSpec(1_000_000, 128_000),
+    "claude-sonnet-4-6": ModelSpec(1_000_000, 128_000),
+    "claude-opus-4-5": ModelSpec(200_000, 64_000),
+    "claude-sonnet-4-5": ModelSpec(200_000, 64_000),
+    "claude-haiku-4-5": ModelSpec(200_000, 64_000),
+    "claude-opus-4-1": ModelSpec(200_000, 32_000),
+    "gpt-5": ModelSpec(400_000, 128_000),
+    "gpt-5-codex": ModelSpec(400_000, 128_000),
+    "gpt-4.1": ModelSpec(1_047_576, 32_768),
+    "gpt-4o": ModelSpec(128_000, 16_384),
+    "gpt-4": ModelSpec(8_192, 4_096),
+}
+DEFAULT_MODEL_SPEC = ModelSpec(200_000, 32_000)
+DEFAULT_OUTPUT_RESERVE = 32_000  # never reserve more than this unless asked
+
+
+def model_spec(model: str | None) -> ModelSpec:
+    """The table entry for `model`, matching dated ids (`claude-haiku-4-5-20251001`) by prefix."""
+    if not model:
+        return DEFAULT_MODEL_SPEC
+    if model in MODELS:
+        return MODELS[model]
+    best = max((k for k in MODELS if model.startswith(k)), key=len, default=None)
+    return MODELS[best] if best else DEFAULT_MODEL_SPEC
+
+
+@attrs.frozen
+class Budget:
+    """The limits of one request. `limit` is what the prompt may use: window − reserve."""
+
+    model: str | None
+    window: int
+    output_reserve: int
+
+    @property
+    def limit(self) -> int:
+        return self.window - self.output_reserve
+
+
+def make_budget(
+    model: str | None, window: int | None = None, max_output_tokens: int | None = None
+) -> Budget:
+    """The budget for a request; explicit `window`/`max_output_tokens` override the table."""
+    spec = model_spec(model)
+    win = spec.window if window is None else window
+    reserve = (
+        min(spec.max_output, DEFAULT_OUTPUT_RESERVE)
+        if max_output_tokens is None
+        else max_output_tokens
+    )
+    if win <= 0:
+        raise InvalidConfig(f"window must be positive, got {win}", field="window")
+    if reserve < 0 or reserve >= win:
+        raise InvalidConfig(
+            f"maxOutputTokens ({reserve}) must be at least 0 and below the window ({win})",
+            field="maxOutputTokens",
+        )
+    return Budget(model=model, window=win, output_reserve=reserve)
+
+
+class Calibration:
+    """Per-model ratio of provider-reported prompt tokens to our estimate.
+
+    Anthropic's total prompt is input + cache creation + cache read tokens (notes §4). The
+    ratio is smoothed so one odd report does not swing every later estimate, and clamped to a
+    sane range so a bad report cannot make us think nothing fits.
+    """
+
+    MIN, MAX, WEIGHT = 0.5, 2.5, 0.5
+
+    def __init__(self, ratios: dict[str, float] | None = None) -> None:
+        self.ratios: dict[str, float] = dict(ratios or {})
+
+    def ratio(self, model: str | None) -> float:
+        return self.ratios.get(model or "", 1.0)
+
+    def observe(self, model: str, reported: int, estimated: int) -> float:
+        if reported <= 0 or estimated <= 0:
+            return self.ratio(model)
+        sample = min(self.MAX, max(self.MIN, reported / estimated))
+        old = self.ratios.get(model)
+        new = sample if old is None else old * (1 - self.WEIGHT) + sample * self.WEIGHT
+        self.ratios[model] = round(new, 4)
+        return self.ratios[model]
+
+    def force(self, model: str, reported: int, estimated: int) -> float:
+        """Adopt a provider's own count outright (a prompt-too-long report is exact)."""
+        if reported > 0 and estimated > 0:
+            self.ratios[model] = round(min(self.MAX, max(self.MIN, reported / estimated)), 4)
+        return self.ratio(model)
+
+
+def reported_prompt_tokens(usage: dict[str, Any]) -> int:
+    """The whole prompt a provider counted: Anthropic splits it over three fields."""
+    return (
+        int(usage.get("input_tokens") or 0)
+        + int(usage.get("cache_creation_input_tokens") or 0)
+        + int(usage.get("cache_read_input_tokens") or 0)
+    )

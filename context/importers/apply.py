@@ -1,0 +1,107 @@
+"""Applying an imported transcript's ops to a session.
+
+`import_session` writes the whole conversation with one fsync; `Replayer` applies the same ops
+step by step (a step ends at each `ModelCall`), which is how `compactd replay` and the
+cascade tests relive a session the way the agent did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+
+from ..decompose import from_anthropic
+from ..errors import InvalidGraph
+from ..projection import NOTE
+from ..session import Library, Session
+from .plan import FunctionEnd, FunctionStart, ImportedSession, Messages, ModelCall, Note, Op
+
+
+def session_meta(imported: ImportedSession) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "source": imported.source_format,
+        "sourceId": imported.source_id,
+    }
+    if imported.model:
+        meta["model"] = imported.model
+    if imported.system:
+        meta["system"] = imported.system
+    if imported.title:
+        meta["title"] = imported.title
+    if imported.warnings:
+        meta["importWarnings"] = list(imported.warnings)
+    return meta
+
+
+class OpApplier:
+    """Applies ops to one session, remembering which function each thread key names."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.functions: dict[str, str] = {}
+        self.now = session.clock()
+
+    def thread(self, key: str | None) -> str | None:
+        if key is None:
+            return None
+        try:
+            return self.functions[key]
+        except KeyError:
+            raise InvalidGraph(f"import refers to unknown function thread {key!r}") from None
+
+    def apply(self, op: Op) -> None:
+        if getattr(op, "timestamp", None) is not None:
+            self.now = max(self.now, float(op.timestamp))  # type: ignore[arg-type]
+        s = self.session
+        if isinstance(op, Messages):
+            if op.messages:
+                s.append(from_anthropic(op.messages), function=self.thread(op.thread),
+                         allow_orphans=True)
+        elif isinstance(op, FunctionStart):
+            fid = s.function_start(op.name, op.input, tool_use_id=op.tool_use_id,
+                                   function=self.thread(op.thread))
+            self.functions[op.key] = fid
+        elif isinstance(op, FunctionEnd):
+            s.function_complete(self.thread(op.key) or "", op.output, op.status)
+        elif isinstance(op, Note):
+            s.add_records([{"kind": NOTE, "covers": [], "data": {"note": op.kind, **op.data}}])
+        elif isinstance(op, ModelCall):
+            return  # a step boundary, not data
+
+
+def import_session(library: Library, imported: ImportedSession,
+                   session_id: str | None = None) -> Session:
+    """Create a session holding the whole transcript, written with a single fsync."""
+    session = library.create(session_id, meta=session_meta(imported))
+    applier = OpApplier(session)
+    real_clock = session.clock
+    session.clock = lambda: applier.now
+    try:
+        with session.buffered():
+            for op in imported.ops:
+                applier.apply(op)
+    finally:
+        session.clock = real_clock
+    return session
+
+
+@attrs.frozen
+class Step:
+    """Ops up to (not including) one model call, and that call."""
+
+    ops: list[Op]
+    call: ModelCall | None  # None for trailing ops after the last call
+
+
+def steps(imported: ImportedSession) -> Iterator[Step]:
+    pending: list[Op] = []
+    for op in imported.ops:
+        if isinstance(op, ModelCall):
+            yield Step(pending, op)
+            pending = []
+        else:
+            pending.append(op)
+    if pending:
+        yield Step(pending, None)

@@ -1,0 +1,116 @@
+"""Anthropic Messages format (DESIGN §3 step 6), with prompt-cache breakpoints.
+
+Breakpoints (at most 4) sit where they stay put while the conversation grows: the end of the
+system prompt (covering tools and system), the stable anchor right after a compaction (the
+summary marker) when there is one, and the ends of the last and the third-to-last message —
+the latter is where the previous request ended after one model round trip, so the next
+request reads everything before the new tail from the cache. A record that changes the
+context at position p changes no byte before p, so the cache stays valid up to p.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..tokens import Counter
+from .conversation import SCHEMA, SYSTEM, TOOLS, Conversation, Part
+from .tally import Tally
+
+EPHEMERAL = {"type": "ephemeral"}
+_NOT_CACHEABLE = {"thinking", "redacted_thinking"}
+MAX_BREAKPOINTS = 4
+
+
+def system_blocks(system: str | list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    if system is None or system == "":
+        return []
+    if isinstance(system, str):
+        return [{"type": "text", "text": system}]
+    return [dict(b) for b in system]
+
+
+def _cacheable(block: dict[str, Any]) -> bool:
+    return block.get("type") not in _NOT_CACHEABLE and not (
+        block.get("type") == "text" and not block.get("text")
+    )
+
+
+def _mark_last_cacheable(blocks: list[dict[str, Any]], ttl: str | None) -> bool:
+    for i in range(len(blocks) - 1, -1, -1):
+        if _cacheable(blocks[i]):
+            blocks[i] = {**blocks[i], "cache_control": _cache_control(ttl)}
+            return True
+    return False
+
+
+def _cache_control(ttl: str | None) -> dict[str, str]:
+    return {"type": "ephemeral", "ttl": ttl} if ttl else dict(EPHEMERAL)
+
+
+def breakpoint_messages(conv: Conversation, slots: int) -> list[int]:
+    """Indices of messages that get a breakpoint, most important first."""
+    n = len(conv.messages)
+    chosen: list[int] = []
+    for index in (n - 1, n - 3):
+        if index >= 0 and index not in chosen:
+            chosen.append(index)
+    anchor = next((i for i, m in enumerate(conv.messages) if m.kind == "summary"), None)
+    if anchor is None:
+        anchor = n - 5 if n - 5 >= 0 else None
+    if anchor is not None and anchor not in chosen:
+        chosen.append(anchor)
+    return chosen[:slots]
+
+
+def to_anthropic(
+    conv: Conversation,
+    counter: Counter,
+    *,
+    model: str | None,
+    max_tokens: int,
+    system: str | list[dict[str, Any]] | None,
+    tools: list[dict[str, Any]] | None,
+    response_schema: dict[str, Any] | None,
+    cache: bool = True,
+    cache_ttl: str | None = None,
+) -> tuple[dict[str, Any], Tally]:
+    tally = Tally()
+    request: dict[str, Any] = {}
+    if model:
+        request["model"] = model
+    request["max_tokens"] = max_tokens
+    sys_blocks = system_blocks(system)
+    for block in sys_blocks:
+        tally.add(SYSTEM, counter.system_block(block))
+    tool_defs = [dict(t) for t in tools or []]
+    for tool in tool_defs:
+        tally.add(TOOLS, counter.tool_definition(tool))
+    slots = MAX_BREAKPOINTS
+    if cache and (sys_blocks or tool_defs):
+        if sys_blocks:
+            _mark_last_cacheable(sys_blocks, cache_ttl)
+        else:
+            tool_defs[-1] = {**tool_defs[-1], "cache_control": _cache_control(cache_ttl)}
+        slots -= 1
+    marked = set(breakpoint_messages(conv, slots)) if cache else set()
+    messages = []
+    for i, msg in enumerate(conv.messages):
+        blocks = [p.block for p in msg.parts]
+        tally.add_message([(p.category, p.tokens) for p in msg.parts])
+        if i in marked:
+            blocks = list(blocks)
+            _mark_last_cacheable(blocks, cache_ttl)
+        messages.append({"role": msg.role, "content": blocks})
+    if sys_blocks:
+        request["system"] = sys_blocks
+    request["messages"] = messages
+    if tool_defs:
+        request["tools"] = tool_defs
+    if response_schema is not None:
+        request["output_config"] = {"format": {"type": "json_schema", "schema": response_schema}}
+        tally.add(SCHEMA, counter.schema(response_schema))
+    return request, tally
+
+
+def part_blocks(parts: list[Part]) -> list[dict[str, Any]]:
+    return [p.block for p in parts]

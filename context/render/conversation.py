@@ -1,0 +1,351 @@
+"""The provider-neutral conversation a render produces (DESIGN §3 steps 1–4).
+
+Walks the viewer's thread turn by turn, applies the projection of the records (summary,
+collapses, snips, clears, evidence), Budget Reduction on every tool result, and emits
+messages of `Part`s: an Anthropic-shaped block, its token category and its token count.
+Each formatter sends exactly these parts and measure sums exactly these counts, so the panel
+and the request cannot disagree. Parts are memoized on their node, so a warm render only
+assembles and a node is tokenized once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from ..errors import PendingToolResults
+from ..graph import Graph, Node, Path
+from ..projection import Projection
+from ..tokens import MESSAGE_OVERHEAD, Counter
+from ..tool_aging.policy import (
+    CLEARED_PLACEHOLDER,
+    HIDDEN_OUTPUT_PLACEHOLDER,
+    NO_RESULT_PLACEHOLDER,
+    RUNNING_FUNCTION_PLACEHOLDER,
+    Policy,
+)
+from ..tool_aging.truncate import truncate_result
+from ..visibility import View
+
+# token categories of the context panel
+SYSTEM = "system"
+TOOLS = "tools"
+SCHEMA = "schema"
+USER = "user"
+ASSISTANT = "assistant"
+THINKING = "thinking"
+TOOL_CALLS = "tool_calls"
+TOOL_RESULTS = "tool_results"
+MARKERS = "markers"  # summaries, collapse/snip markers, placeholders
+OUTPUT_RESERVE = "output_reserve"
+FREE = "free"
+CONVERSATION_CATEGORIES = (USER, ASSISTANT, THINKING, TOOL_CALLS, TOOL_RESULTS, MARKERS)
+ALL_CATEGORIES = (SYSTEM, TOOLS, SCHEMA, *CONVERSATION_CATEGORIES, OUTPUT_RESERVE, FREE)
+
+_BLOCK_CATEGORY = {
+    "text": ASSISTANT,
+    "thinking": THINKING,
+    "redacted_thinking": THINKING,
+    "tool_use": TOOL_CALLS,
+}
+
+
+@attrs.define(slots=True)
+class Part:
+    block: dict[str, Any]
+    category: str
+    tokens: int
+    node: str | None = None  # the node it came from (tool results: the tool node)
+
+
+@attrs.define(slots=True)
+class Message:
+    role: str
+    parts: list[Part]
+    turn: int  # index of the turn in the viewer's own thread; -1 for the caller prefix
+    kind: str = "turn"  # "turn" | "summary" | "collapse" | "snip" | "caller"
+
+    @property
+    def tokens(self) -> int:
+        return MESSAGE_OVERHEAD + sum(p.tokens for p in self.parts)
+
+
+@attrs.define
+class Conversation:
+    messages: list[Message]
+    turns_total: int = 0  # turns on the own thread
+    turns_shown: int = 0  # turns rendered in full
+
+    @property
+    def tokens(self) -> int:
+        return sum(m.tokens for m in self.messages)
+
+
+def summary_marker(text: str, turns: int) -> str:
+    return (
+        f"[compactd: summary of the earlier conversation ({turns} turn{'s' if turns != 1 else ''}"
+        " replaced; the originals are kept in the session graph)]\n\n" + text
+    )
+
+
+def collapse_marker(text: str, turns: int) -> str:
+    return (
+        f"[compactd: {turns} turn{'s' if turns != 1 else ''} collapsed into this summary; the "
+        "originals are kept and can be restored]\n\n" + text
+    )
+
+
+def snip_marker(turns: int) -> str:
+    return (
+        f"[compactd: {turns} earlier turn{'s' if turns != 1 else ''} removed here to fit the "
+        "context window; the originals are kept in the session graph]"
+    )
+
+
+class _Builder:
+    def __init__(self, graph: Graph, view: View, policy: Policy, counter: Counter) -> None:
+        self.graph = graph
+        self.view = view
+        self.policy = policy
+        self.counter = counter
+        self.trunc = (
+            policy.max_tool_result_chars,
+            policy.truncate_head_chars,
+            policy.truncate_tail_chars,
+        )
+        self.messages: list[Message] = []
+
+    # -- message assembly ---------------------------------------------------------------
+
+    def emit(self, role: str, parts: list[Part], turn: int, kind: str = "turn") -> None:
+        if not parts:
+            return
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last.role == role:
+            last.parts.extend(parts)  # consecutive same-role messages are one message
+            if last.kind != "turn" and kind == "turn":
+                last.kind = "turn"
+                last.turn = turn
+        else:
+            self.messages.append(Message(role, list(parts), turn, kind))
+
+    def marker(self, text: str, turn: int, kind: str) -> None:
+        block = {"type": "text", "text": text}
+        self.emit("user", [Part(block, MARKERS, self.counter.block(block))], turn, kind)
+
+    # -- threads ------------------------------------------------------------------------
+
+    def thread(self, path: Path, proj: Projection, own: bool) -> tuple[int, int]:
+        ids = path.line.ids
+        bounds = path.turn_bounds()
+        summary_done = False
+        snip_run = 0
+        shown_collapses: set[str] = set()
+        shown = 0
+        for index, (start, end) in enumerate(bounds):
+            turn_no = index if own else -1
+            start_id = ids[start]
+            if start_id in proj.summary_turns:
+                if not summary_done and proj.summary is not None:
+                    self.marker(
+                        summary_marker(proj.summary.data.get("text", ""), len(proj.summary_turns)),
+                        turn_no,
+                        "summary",
+                    )
+                    summary_done = True
+                continue
+            if start_id in proj.snipped:
+                snip_run += 1
+                continue
+            if snip_run:
+                self.marker(snip_marker(snip_run), turn_no, "snip")
+                snip_run = 0
+            collapse = proj.collapsed.get(start_id)
+            if collapse is not None:
+                if collapse.id not in shown_collapses:
+                    shown_collapses.add(collapse.id)
+                    self.marker(
+                        collapse_marker(
+                            collapse.data.get("text", ""), len(collapse.data.get("turns", []))
+                        ),
+                        turn_no,
+                        "collapse",
+                    )
+                continue
+            shown += 1
+            head_id = ids[path.length - 1]
+            for node_id in ids[start:end]:
+                node = self.graph.nodes[node_id]
+                if node.kind == "user":
+                    self.emit("user", self.user_parts(node), turn_no)
+                else:
+                    self.emit("assistant", self.assistant_parts(node), turn_no)
+                    if node.calls:
+                        at_head = own and node_id == head_id
+                        self.emit("user", self.result_parts(node, proj, at_head), turn_no)
+        if snip_run:
+            self.marker(snip_marker(snip_run), len(bounds), "snip")
+        return len(bounds), shown
+
+    # -- nodes --------------------------------------------------------------------------
+
+    def user_parts(self, node: Node) -> list[Part]:
+        parts = node.cache.get("p")
+        if parts is None:
+            parts = [Part(b, USER, self.counter.block(b), node.id) for b in node.content]
+            node.cache["p"] = parts
+        return parts
+
+    def assistant_parts(self, node: Node) -> list[Part]:
+        key = ("p", len(node.calls))
+        parts = node.cache.get(key)
+        if parts is None:
+            blocks = list(node.content)
+            tail = []
+            for call in self.graph.calls_of(node):
+                block = self.call_block(call)
+                if call.kind == "tool" and call.index is not None and call.index <= len(blocks):
+                    blocks.insert(call.index, block)
+                else:
+                    tail.append(block)
+            blocks.extend(tail)
+            parts = [
+                Part(b, _BLOCK_CATEGORY.get(b["type"], ASSISTANT), self.counter.block(b), node.id)
+                for b in blocks
+            ]
+            node.cache[key] = parts
+        return parts
+
+    @staticmethod
+    def call_block(call: Node) -> dict[str, Any]:
+        if call.kind == "tool":
+            block = {
+                "type": "tool_use",
+                "id": call.tool_use_id,
+                "name": call.name,
+                "input": call.input,
+            }
+            if call.extra:
+                block.update(call.extra)
+            return block
+        # a function the model did not call as a tool: a synthetic, deterministic call
+        inp = call.input if isinstance(call.input, dict) else {"input": call.input}
+        return {"type": "tool_use", "id": f"fn_{call.id}", "name": call.name, "input": inp}
+
+    def result_parts(self, node: Node, proj: Projection, at_head: bool) -> list[Part]:
+        parts = []
+        pending = []
+        for call in self.graph.calls_of(node):
+            use_id = call.tool_use_id if call.kind == "tool" else f"fn_{call.id}"
+            fn = (
+                self.graph.nodes[call.function]
+                if call.function
+                else call
+                if call.kind == "function"
+                else None
+            )
+            if call.id in proj.evidence:
+                rec = proj.evidence[call.id]
+                variant: tuple[Any, ...] = ("evidence", rec.id)
+                content, is_error, cat = rec.data.get("text", ""), call.is_error, MARKERS
+            elif call.id in proj.cleared:
+                variant = ("cleared",)
+                content, is_error, cat = CLEARED_PLACEHOLDER, call.is_error, MARKERS
+            elif fn is not None:
+                mode = self.view.expose_mode(fn)
+                variant = ("fn", fn.status, mode, fn.result_seq, self.trunc)
+                content, is_error, cat = None, fn.is_error, TOOL_RESULTS
+            elif not call.answered:
+                if at_head:
+                    pending.append(call.tool_use_id)
+                    continue
+                variant = ("none",)
+                content, is_error, cat = NO_RESULT_PLACEHOLDER, True, MARKERS
+            else:
+                variant = ("raw", call.result_seq, self.trunc)
+                content, is_error, cat = None, call.is_error, TOOL_RESULTS
+            key = ("r", variant)
+            part = call.cache.get(key)
+            if part is None:
+                if content is None:
+                    content = (
+                        self.function_content(fn, variant[2])
+                        if fn is not None
+                        else truncate_result(call.result, *self.trunc)
+                    )
+                block: dict[str, Any] = {
+                    "type": "tool_result",
+                    "tool_use_id": use_id,
+                    "content": content,
+                }
+                if is_error:
+                    block["is_error"] = True
+                part = Part(block, cat, self.counter.block(block), call.id)
+                call.cache[key] = part
+            parts.append(part)
+        if pending:
+            raise PendingToolResults(
+                f"cannot render: the head still waits for tool results: {', '.join(pending)}",
+                pendingToolUseIds=pending,
+            )
+        return parts
+
+    def function_content(self, fn: Node, mode: str) -> Any:
+        if fn.status == "running":
+            return RUNNING_FUNCTION_PLACEHOLDER
+        if mode == "none":
+            return HIDDEN_OUTPUT_PLACEHOLDER
+        output = truncate_result(fn.result if fn.result is not None else "", *self.trunc)
+        if mode != "full":
+            return output
+        text = (
+            output
+            if isinstance(output, str)
+            else "\n".join(b.get("text", "") for b in output if b.get("type") == "text")
+        )
+        return f"{text}\n\n[internal transcript of {fn.name}]\n{self.transcript(fn)}"
+
+    def transcript(self, fn: Node) -> str:
+        """A function's internal thread as plain text (for `expose="full"`)."""
+        lines = []
+        for node_id in self.graph.function_path(fn.id).ids:
+            node = self.graph.nodes[node_id]
+            for block in node.content:
+                if block.get("type") == "text":
+                    lines.append(f"{node.kind}: {block['text']}")
+            for call in self.graph.calls_of(node):
+                if call.kind == "tool":
+                    result = truncate_result(
+                        call.result if call.answered else NO_RESULT_PLACEHOLDER, *self.trunc
+                    )
+                    if not isinstance(result, str):
+                        result = "\n".join(
+                            b.get("text", "") for b in result if b.get("type") == "text"
+                        )
+                    lines.append(f"tool {call.name}({_short(call.input)}) -> {result}")
+        return "\n".join(lines)
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    import orjson
+
+    text = orjson.dumps(value).decode()
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def build_conversation(
+    graph: Graph,
+    view: View,
+    own: Projection,
+    caller: Projection | None,
+    policy: Policy,
+    counter: Counter,
+) -> Conversation:
+    builder = _Builder(graph, view, policy, counter)
+    if view.caller is not None and caller is not None:
+        builder.thread(view.caller, caller, own=False)
+        for msg in builder.messages:
+            msg.kind = "caller"
+    total, shown = builder.thread(view.own, own, own=True)
+    return Conversation(builder.messages, total, shown)

@@ -1,0 +1,140 @@
+"""`render_request`: graph → provider request + its measure, as one pure function.
+
+Same graph, records, viewer, budget and config → the same bytes (DESIGN §3). The measure is
+the tally of exactly the parts the formatter sent, calibrated per model, so the context panel,
+compaction decisions and the final request always agree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from ..budget import Budget, Calibration, make_budget
+from ..errors import InvalidContent
+from ..graph import Graph, Record
+from ..projection import Projection, project
+from ..tokens import COUNTER, Counter
+from ..tool_aging.policy import Policy
+from ..visibility import View, ViewOptions, resolve_view
+from .anthropic import to_anthropic
+from .conversation import ALL_CATEGORIES, FREE, OUTPUT_RESERVE, Conversation, build_conversation
+from .openai import to_openai
+from .tally import Tally
+
+FORMATS = ("anthropic", "openai")
+
+
+@attrs.frozen
+class RequestSpec:
+    """What the client's request brings besides the history."""
+
+    model: str | None = None
+    window: int | None = None
+    max_output_tokens: int | None = None
+    system: str | list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    response_schema: dict[str, Any] | None = None
+    format: str = "anthropic"
+    cache: bool = True
+    cache_ttl: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise InvalidContent(f"format must be one of {list(FORMATS)}", field="format")
+        if self.cache_ttl not in (None, "5m", "1h"):
+            raise InvalidContent("cacheTtl must be '5m' or '1h'", field="cacheTtl")
+
+    def budget(self) -> Budget:
+        return make_budget(self.model, self.window, self.max_output_tokens)
+
+
+@attrs.define
+class Rendered:
+    request: dict[str, Any]
+    tally: Tally
+    ratio: float
+    budget: Budget
+    conversation: Conversation
+    projection: Projection
+    view: View
+
+    @property
+    def categories(self) -> dict[str, int]:
+        """Calibrated tokens per category; they add up to `total`."""
+        cats = {
+            k: round(v * self.ratio)
+            for k, v in self.tally.by_category.items()
+            if k not in (OUTPUT_RESERVE, FREE)
+        }
+        cats[OUTPUT_RESERVE] = self.budget.output_reserve
+        cats[FREE] = (
+            self.budget.window
+            - self.budget.output_reserve
+            - sum(v for k, v in cats.items() if k != OUTPUT_RESERVE)
+        )
+        return cats
+
+    @property
+    def total(self) -> int:
+        """The calibrated prompt estimate (what the provider will count)."""
+        cats = self.categories
+        return sum(v for k, v in cats.items() if k not in (OUTPUT_RESERVE, FREE))
+
+    @property
+    def estimate(self) -> int:
+        return self.tally.prompt
+
+    def tokens(self) -> dict[str, Any]:
+        cats = self.categories
+        return {
+            "total": sum(v for k, v in cats.items() if k not in (OUTPUT_RESERVE, FREE)),
+            "window": self.budget.window,
+            "limit": self.budget.limit,
+            "outputReserve": self.budget.output_reserve,
+            "free": cats[FREE],
+            "estimate": self.tally.prompt,
+            "calibration": self.ratio,
+            "categories": {k: cats[k] for k in ALL_CATEGORIES},
+            "turns": self.conversation.turns_total,
+            "turnsShown": self.conversation.turns_shown,
+        }
+
+
+def render_request(
+    graph: Graph,
+    options: ViewOptions,
+    spec: RequestSpec,
+    policy: Policy,
+    calibration: Calibration | None = None,
+    *,
+    counter: Counter = COUNTER,
+    extra_records: list[Record] | None = None,
+    context_management: dict[str, Any] | None = None,
+    betas: list[str] | None = None,
+) -> Rendered:
+    view = resolve_view(graph, options)
+    own = project(graph, view.own, extra_records)
+    caller = project(graph, view.caller) if view.caller is not None else None
+    conversation = build_conversation(graph, view, own, caller, policy, counter)
+    budget = spec.budget()
+    common = dict(
+        model=spec.model,
+        max_tokens=budget.output_reserve,
+        system=spec.system,
+        tools=spec.tools,
+        response_schema=spec.response_schema,
+    )
+    if spec.format == "anthropic":
+        request, tally = to_anthropic(
+            conversation, counter, cache=spec.cache, cache_ttl=spec.cache_ttl, **common
+        )
+        if context_management is not None:
+            request["context_management"] = context_management
+        if betas:
+            request["betas"] = list(betas)
+    else:
+        request, tally = to_openai(conversation, counter, **common)
+    ratio = calibration.ratio(spec.model) if calibration is not None else 1.0
+    return Rendered(request, tally, ratio, budget, conversation, own, view)

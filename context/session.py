@@ -1,0 +1,518 @@
+"""Sessions: a graph bound to its log, and every operation that writes to it.
+
+Each write validates its input against the graph first (so bad input raises a typed error and
+nothing reaches the log), then — holding the session's lock, after reading what other writers
+appended — writes its events with one fsync, and only then applies them in memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+
+from .blocks import check_result_content
+from .decompose import ResultSpec, Spec, ThreadSpec
+from .errors import (
+    HeadConflict,
+    InvalidContent,
+    InvalidGraph,
+    InvalidPairing,
+    PendingToolResults,
+    UnknownSession,
+)
+from .graph import EXPOSE_MODES, Graph, Node
+from .store import SESSION_ID_RE, LoadReport, Store, check_session_id
+
+Clock = Callable[[], float]
+UNSET: Any = object()
+"""`expected_head` not given (None means: expect an empty thread)."""
+
+
+@attrs.frozen
+class AppendResult:
+    head: str | None
+    node_ids: list[str]
+    seq: int
+
+
+class Session:
+    """One session's graph and log. Not thread-safe: the daemon serializes calls per session."""
+
+    def __init__(
+        self, store: Store, graph: Graph, offset: int, report: LoadReport, clock: Clock = time.time
+    ) -> None:
+        self.store = store
+        self.graph = graph
+        self.offset = offset
+        self.report = report
+        self.clock = clock
+        self._buffer: list[dict[str, Any]] | None = None
+        self.listeners: list[Callable[[list[dict[str, Any]]], None]] = []
+
+    @property
+    def id(self) -> str:
+        return self.graph.session_id
+
+    # ---- reading what others wrote ----------------------------------------------------------
+
+    def catch_up(self) -> list[dict[str, Any]]:
+        """Apply events other writers appended since we last read; returns them."""
+        if self._buffer is not None:
+            return []
+        events, report = self.store.read_from(self.id, self.offset)
+        applied = []
+        for event in events:
+            if event["seq"] <= self.graph.seq:
+                continue  # already ours
+            try:
+                self.graph.apply(event)
+                applied.append(event)
+            except InvalidGraph:
+                self.report.bad_lines.append(-event["seq"])
+        self.offset = report.end_offset
+        self.report.torn_tail = report.torn_tail
+        if applied:
+            for listener in self.listeners:
+                listener(applied)
+        return applied
+
+    # ---- the one write path -------------------------------------------------------------------
+
+    def commit(
+        self, build: Callable[[Graph, int, float], list[dict[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        """Validate-and-build events with `build(graph, next_seq, now)`, write them, apply."""
+        if self._buffer is not None:
+            events = build(self.graph, self.graph.seq + 1, self.clock())
+            for event in events:
+                self.graph.apply(event)
+            self._buffer.extend(events)
+            return events
+        with self.store.locked(self.id):
+            self.catch_up()
+            events = build(self.graph, self.graph.seq + 1, self.clock())
+            if not events:
+                return events
+            self.offset = self.store.append(self.id, events)
+            for event in events:
+                self.graph.apply(event)
+        return events
+
+    @contextlib.contextmanager
+    def buffered(self) -> Iterator[None]:
+        """Collect writes in memory and write them with one fsync at the end (imports)."""
+        self._buffer = []
+        try:
+            yield
+        except BaseException:
+            self._buffer = None
+            raise
+        events, self._buffer = self._buffer, None
+        if events:
+            with self.store.locked(self.id):
+                self.offset = self.store.append(self.id, events)
+
+    # ---- conversation ----------------------------------------------------------------------
+
+    def append(
+        self,
+        specs: list[Spec],
+        *,
+        branch: str | None = None,
+        function: str | None = None,
+        expected_head: Any = UNSET,
+        allow_orphans: bool = False,
+    ) -> AppendResult:
+        """Append decomposed messages to a branch's thread or a running function's thread."""
+        out: dict[str, Any] = {}
+
+        def build(g: Graph, seq: int, now: float) -> list[dict[str, Any]]:
+            events, ids, head = _plan_append(
+                g,
+                specs,
+                branch=branch,
+                function=function,
+                expected_head=expected_head,
+                allow_orphans=allow_orphans,
+                seq=seq,
+                ts=now,
+            )
+            out.update(ids=ids, head=head)
+            return events
+
+        events = self.commit(build)
+        return AppendResult(
+            out["head"], out["ids"], events[-1]["seq"] if events else self.graph.seq
+        )
+
+    def tool_result(self, tool_use_id: str, content: Any, is_error: bool = False) -> AppendResult:
+        check_result_content(content, "content")
+        # a result attaches to its call wherever that call is; no branch is involved
+        return self.append([ResultSpec(tool_use_id, content, is_error)])
+
+    def function_start(
+        self,
+        name: str,
+        input: Any,
+        *,
+        tool_use_id: str | None = None,
+        parent: str | None = None,
+        expose: str = "io",
+        branch: str | None = None,
+        function: str | None = None,
+    ) -> str:
+        """Start a function (sub-agent); returns its id. Called as a tool, it hangs off that
+        call and its output becomes the call's result."""
+        if not isinstance(name, str) or not name:
+            raise InvalidContent("function name must be a non-empty string", field="name")
+        if expose not in EXPOSE_MODES:
+            raise InvalidContent(f"expose must be one of {list(EXPOSE_MODES)}", field="expose")
+        out: dict[str, str] = {}
+
+        def build(g: Graph, seq: int, now: float) -> list[dict[str, Any]]:
+            if tool_use_id is not None:
+                tool = g.tool_by_use_id(tool_use_id)
+                if tool is None:
+                    raise InvalidPairing(
+                        f"no tool call with id {tool_use_id!r} to run as a function",
+                        toolUseId=tool_use_id,
+                    )
+                if tool.answered or tool.function is not None:
+                    raise InvalidPairing(
+                        f"tool call {tool_use_id!r} already has a result or a function",
+                        toolUseId=tool_use_id,
+                    )
+                attach = tool.id
+            else:
+                attach = parent if parent is not None else g.head(branch, function)
+                node = g.nodes.get(attach) if attach else None
+                if node is None or node.kind != "assistant":
+                    raise InvalidGraph(
+                        "a function not called as a tool must hang off an assistant node "
+                        f"(got {attach!r})",
+                        parent=attach,
+                    )
+            fid = _new_id(g, "f", seq)
+            out["id"] = fid
+            raw: dict[str, Any] = {
+                "id": fid,
+                "kind": "function",
+                "parent": attach,
+                "name": name,
+                "input": input,
+                "expose": expose,
+            }
+            if tool_use_id is not None:
+                raw["tool_use_id"] = tool_use_id
+            return [{"t": "node", "seq": seq, "ts": now, "n": raw}]
+
+        self.commit(build)
+        return out["id"]
+
+    def function_complete(self, function_id: str, output: Any, status: str = "completed") -> None:
+        if status not in ("completed", "error"):
+            raise InvalidContent("status must be 'completed' or 'error'", field="status")
+        check_result_content(output if output is not None else "", "output")
+
+        def build(g: Graph, seq: int, now: float) -> list[dict[str, Any]]:
+            fn = g.node(function_id)
+            if fn.kind != "function":
+                raise InvalidGraph(f"node {function_id!r} is not a function", nodeId=function_id)
+            if fn.status != "running":
+                raise InvalidGraph(
+                    f"function {function_id!r} is already {fn.status}",
+                    nodeId=function_id,
+                    status=fn.status,
+                )
+            return [
+                {
+                    "t": "fdone",
+                    "seq": seq,
+                    "ts": now,
+                    "node": function_id,
+                    "output": output if output is not None else "",
+                    "status": status,
+                }
+            ]
+
+        self.commit(build)
+
+    # ---- branches --------------------------------------------------------------------------
+
+    def create_branch(self, name: str, from_node: str | None = None) -> str | None:
+        if not isinstance(name, str) or not SESSION_ID_RE.match(name):
+            raise InvalidContent(f"invalid branch name {name!r}", field="name")
+        out: dict[str, str | None] = {}
+
+        def build(g: Graph, seq: int, now: float) -> list[dict[str, Any]]:
+            if name in g.branches:
+                raise InvalidGraph(f"branch {name!r} already exists", branch=name)
+            head = from_node if from_node is not None else g.head()
+            if head is not None:
+                node = g.node(head)
+                if not node.is_thread or node.owner is not None:
+                    raise InvalidGraph(
+                        f"branches fork at top-level user/assistant nodes; {head!r} is a "
+                        f"{node.kind} node",
+                        nodeId=head,
+                    )
+            out["head"] = head
+            return [{"t": "branch", "seq": seq, "ts": now, "name": name, "head": head}]
+
+        self.commit(build)
+        return out["head"]
+
+    def checkout(self, name: str) -> str | None:
+        def build(g: Graph, seq: int, now: float) -> list[dict[str, Any]]:
+            g.head(name)  # raises UnknownBranch
+            if g.current_branch == name:
+                return []
+            return [{"t": "checkout", "seq": seq, "ts": now, "name": name}]
+
+        self.commit(build)
+        return self.graph.head(name)
+
+    # ---- records and bookkeeping -----------------------------------------------------------
+
+    def add_records(self, records: list[dict[str, Any]]) -> list[str]:
+        """Write records (`{kind, covers, data?, thread?}`); returns their ids."""
+        out: list[str] = []
+
+        def build(g: Graph, seq: int, now: float) -> list[dict[str, Any]]:
+            events = []
+            for i, rec in enumerate(records):
+                for node_id in rec.get("covers", []):
+                    if node_id not in g.nodes:
+                        raise InvalidGraph(f"record covers unknown node {node_id!r}")
+                rid = _new_id(g, "r", seq + i)
+                out.append(rid)
+                events.append({"t": "record", "seq": seq + i, "ts": now, "r": {"id": rid, **rec}})
+            return events
+
+        out.clear()
+        self.commit(build)
+        return out
+
+    def touch(self) -> None:
+        """Persist that the client was active now (idle timers read it after a restart)."""
+        self.commit(lambda g, seq, now: [{"t": "activity", "seq": seq, "ts": now}])
+
+    def update_config(self, config: dict[str, Any]) -> None:
+        changed = {k: v for k, v in config.items() if self.graph.config.get(k) != v}
+        if changed:
+            self.commit(
+                lambda g, seq, now: [{"t": "config", "seq": seq, "ts": now, "config": changed}]
+            )
+
+
+class Library:
+    """Creates, loads and lists sessions in one store."""
+
+    def __init__(self, store: Store, clock: Clock = time.time) -> None:
+        self.store = store
+        self.clock = clock
+
+    def create(
+        self,
+        session_id: str | None = None,
+        config: dict[str, Any] | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> Session:
+        sid = check_session_id(session_id) if session_id is not None else uuid.uuid4().hex
+        now = self.clock()
+        event = {
+            "t": "open",
+            "seq": 1,
+            "ts": now,
+            "sid": sid,
+            "config": config or {},
+            "meta": meta or {},
+        }
+        size = self.store.create(sid, [event])
+        graph = Graph(sid)
+        graph.apply(event)
+        return Session(self.store, graph, size, LoadReport(events=1, end_offset=size), self.clock)
+
+    def load(self, session_id: str) -> Session:
+        sid = check_session_id(session_id)
+        events, report = self.store.read_from(sid, 0)
+        graph = Graph(sid)
+        for event in events:
+            try:
+                graph.apply(event)
+            except InvalidGraph:
+                report.bad_lines.append(-int(event.get("seq", 0)))
+        if not events or events[0].get("t") != "open":
+            raise UnknownSession(f"session {sid!r} has no valid header", sessionId=sid)
+        return Session(self.store, graph, report.end_offset, report, self.clock)
+
+    def exists(self, session_id: str) -> bool:
+        return self.store.exists(check_session_id(session_id))
+
+    def list(self) -> list[str]:
+        return self.store.list_sessions()
+
+
+# ---- planning an append ------------------------------------------------------------------
+
+
+def _new_id(g: Graph, prefix: str, seq: int, taken: set[str] | None = None) -> str:
+    candidate = f"{prefix}{seq}"
+    k = 0
+    while candidate in g.nodes or (taken and candidate in taken):
+        k += 1
+        candidate = f"{prefix}{seq}_{k}"
+    return candidate
+
+
+def _pending_ids(
+    g: Graph, cursor: str | None, new_calls: dict[str, list[str]], answered: set[str]
+) -> list[str]:
+    if cursor is None:
+        return []
+    if cursor in new_calls:
+        return [g_id for g_id in new_calls[cursor] if g_id not in answered]
+    node = g.nodes.get(cursor)
+    if node is None or node.kind != "assistant":
+        return []
+    return [c.id for c in g.pending_calls(node) if c.id not in answered]
+
+
+def _plan_append(
+    g: Graph,
+    specs: list[Spec],
+    *,
+    branch: str | None,
+    function: str | None,
+    expected_head: Any,
+    allow_orphans: bool,
+    seq: int,
+    ts: float,
+) -> tuple[list[dict[str, Any]], list[str], str | None]:
+    if function is not None:
+        fn = g.node(function)
+        if fn.kind != "function":
+            raise InvalidGraph(f"node {function!r} is not a function", nodeId=function)
+        if fn.status != "running":
+            raise InvalidGraph(
+                f"function {function!r} is {fn.status}; its thread is closed", nodeId=function
+            )
+        head = g.function_heads.get(function)
+        branch_name = None
+    else:
+        branch_name = branch or g.current_branch
+        head = g.head(branch_name)
+    if expected_head is not UNSET and expected_head != head:
+        raise HeadConflict(
+            f"expected head {expected_head!r} but the thread is at {head!r}",
+            expectedHead=expected_head,
+            head=head,
+        )
+    events: list[dict[str, Any]] = []
+    ids: list[str] = []
+    taken: set[str] = set()
+    tool_ids: dict[str, str] = {}  # tool_use_id -> new tool node id
+    new_calls: dict[str, list[str]] = {}  # new assistant id -> its tool node ids
+    answered: set[str] = set()
+    cursor = head
+    for spec in specs:
+        if isinstance(spec, ResultSpec):
+            tid = tool_ids.get(spec.tool_use_id) or g.by_tool_use_id.get(spec.tool_use_id)
+            if tid is None:
+                raise InvalidPairing(
+                    f"tool_result for unknown tool_use_id {spec.tool_use_id!r}: no call has it",
+                    toolUseId=spec.tool_use_id,
+                )
+            existing: Node | None = g.nodes.get(tid)
+            if tid in answered or (existing is not None and existing.answered):
+                raise InvalidPairing(
+                    f"tool_use_id {spec.tool_use_id!r} already has a result",
+                    toolUseId=spec.tool_use_id,
+                )
+            if existing is not None and existing.function is not None:
+                raise InvalidPairing(
+                    f"tool call {spec.tool_use_id!r} is answered by function "
+                    f"{existing.function!r}; finish it with function/complete",
+                    toolUseId=spec.tool_use_id,
+                    functionId=existing.function,
+                )
+            event = {"t": "result", "seq": seq, "ts": ts, "node": tid, "content": spec.content}
+            if spec.is_error:
+                event["is_error"] = True
+            events.append(event)
+            answered.add(tid)
+            seq += 1
+            continue
+        assert isinstance(spec, ThreadSpec)
+        pending = _pending_ids(g, cursor, new_calls, answered)
+        if pending and not allow_orphans:
+            use_ids = [
+                (g.nodes[p].tool_use_id if p in g.nodes else _use_id_of(tool_ids, p)) or p
+                for p in pending
+            ]
+            raise PendingToolResults(
+                f"the head still waits for tool results: {', '.join(use_ids)}",
+                pendingToolUseIds=use_ids,
+            )
+        node_id = spec.node_id
+        if node_id is not None:
+            if not SESSION_ID_RE.match(node_id):
+                raise InvalidContent(f"invalid node id {node_id!r}", nodeId=node_id)
+            if node_id in g.nodes or node_id in taken:
+                raise InvalidGraph(f"duplicate node id {node_id!r}", nodeId=node_id)
+        else:
+            node_id = _new_id(g, "n", seq, taken)
+        taken.add(node_id)
+        parent = cursor if cursor is not None else function
+        raw: dict[str, Any] = {
+            "id": node_id,
+            "kind": spec.kind,
+            "parent": parent,
+            "content": spec.content,
+        }
+        if spec.meta:
+            raw["meta"] = True
+        event = {"t": "node", "seq": seq, "ts": ts, "n": raw}
+        if branch_name is not None:
+            event["b"] = branch_name
+        events.append(event)
+        ids.append(node_id)
+        seq += 1
+        cursor = node_id
+        calls = new_calls.setdefault(node_id, [])
+        for call in spec.calls:
+            if call.tool_use_id in g.by_tool_use_id or call.tool_use_id in tool_ids:
+                raise InvalidPairing(
+                    f"duplicate tool_use_id {call.tool_use_id!r}", toolUseId=call.tool_use_id
+                )
+            tid = _new_id(g, "n", seq, taken)
+            taken.add(tid)
+            traw: dict[str, Any] = {
+                "id": tid,
+                "kind": "tool",
+                "parent": node_id,
+                "tool_use_id": call.tool_use_id,
+                "name": call.name,
+                "input": call.input,
+                "index": call.index,
+            }
+            if call.extra:
+                traw["extra"] = call.extra
+            events.append({"t": "node", "seq": seq, "ts": ts, "n": traw})
+            ids.append(tid)
+            tool_ids[call.tool_use_id] = tid
+            calls.append(tid)
+            seq += 1
+    return events, ids, cursor if cursor is not None else head
+
+
+def _use_id_of(tool_ids: dict[str, str], node_id: str) -> str | None:
+    for use_id, tid in tool_ids.items():
+        if tid == node_id:
+            return use_id
+    return None

@@ -1,0 +1,241 @@
+"""The durable store: one append-only JSONL event log per session.
+
+An append is acknowledged only after the bytes are written and fsync'ed. Writers hold a file
+lock, so several daemons may share a data dir; each reads what the others appended before
+writing (`read_from`). A torn last line (a crash mid-write) is reported and ignored on load,
+never fatal; before the next append it is sealed with a newline so it can never merge with a
+new event. Files are created 0600 and folders 0700. History is never rewritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import orjson
+import platformdirs
+from filelock import FileLock, Timeout
+
+from .errors import InvalidSessionId, StoreFailure, UnknownSession
+
+SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+LOG_SUFFIX = ".jsonl"
+LOCK_TIMEOUT_SECONDS = 10.0
+
+
+def default_data_dir() -> Path:
+    """`COMPACTD_DATA_DIR`, else the platform's user data dir."""
+    env = os.environ.get("COMPACTD_DATA_DIR")
+    if env:
+        return Path(env)
+    return Path(platformdirs.user_data_dir("compactd", appauthor=False))
+
+
+def check_session_id(session_id: Any) -> str:
+    """A session id that can only ever name a file inside the data dir."""
+    if not isinstance(session_id, str) or not SESSION_ID_RE.match(session_id) or ".." in session_id:
+        raise InvalidSessionId(
+            f"invalid session id {session_id!r}: use 1-128 letters, digits, '_', '-' or '.', "
+            "starting with a letter or digit",
+            sessionId=session_id if isinstance(session_id, str) else repr(session_id),
+        )
+    return session_id
+
+
+@attrs.define
+class LoadReport:
+    """What loading a log found besides good events."""
+
+    events: int = 0
+    torn_tail: bool = False
+    bad_lines: list[int] = attrs.field(factory=list)  # 1-based line numbers skipped
+    end_offset: int = 0
+
+    @property
+    def clean(self) -> bool:
+        return not self.torn_tail and not self.bad_lines
+
+
+class Store:
+    """Session logs under `root/sessions/`."""
+
+    def __init__(self, root: Path | str | None = None) -> None:
+        self.root = Path(root) if root is not None else default_data_dir()
+        self.sessions_dir = self.root / "sessions"
+
+    # ---- paths ---------------------------------------------------------------------------
+
+    def ensure_dirs(self) -> None:
+        for folder in (self.root, self.sessions_dir):
+            try:
+                folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+                os.chmod(folder, 0o700)
+            except OSError as exc:
+                raise StoreFailure(f"cannot create data dir {folder}: {exc.strerror}") from exc
+
+    def log_path(self, session_id: str) -> Path:
+        return self.sessions_dir / f"{check_session_id(session_id)}{LOG_SUFFIX}"
+
+    def lock_path(self, session_id: str) -> Path:
+        return self.sessions_dir / f".{check_session_id(session_id)}.lock"
+
+    def exists(self, session_id: str) -> bool:
+        return self.log_path(session_id).is_file()
+
+    def list_sessions(self) -> list[str]:
+        if not self.sessions_dir.is_dir():
+            return []
+        out = []
+        for entry in self.sessions_dir.iterdir():
+            name = entry.name
+            if name.endswith(LOG_SUFFIX) and not name.startswith("."):
+                sid = name[: -len(LOG_SUFFIX)]
+                if SESSION_ID_RE.match(sid):
+                    out.append(sid)
+        return sorted(out)
+
+    # ---- locking -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def locked(self, session_id: str) -> Iterator[None]:
+        """Hold the session's writer lock (shared by every process on this data dir)."""
+        self.ensure_dirs()
+        lock_file = self.lock_path(session_id)
+        if not lock_file.exists():
+            fd = os.open(lock_file, os.O_CREAT | os.O_WRONLY, 0o600)
+            os.close(fd)
+        lock = FileLock(str(lock_file), timeout=LOCK_TIMEOUT_SECONDS, mode=0o600)
+        try:
+            with lock:
+                yield
+        except Timeout as exc:
+            raise StoreFailure(
+                f"session {session_id} is locked by another writer", sessionId=session_id
+            ) from exc
+
+    # ---- reading -------------------------------------------------------------------------
+
+    def read_from(
+        self, session_id: str, offset: int = 0, first_line: int = 1
+    ) -> tuple[list[dict[str, Any]], LoadReport]:
+        """Events from byte `offset` on. A last line without its newline is a torn tail:
+        reported, not returned, and `end_offset` stops before it."""
+        path = self.log_path(session_id)
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(offset)
+                data = fh.read()
+        except FileNotFoundError:
+            raise UnknownSession(
+                f"no session {session_id!r} in {self.sessions_dir}", sessionId=session_id
+            ) from None
+        except OSError as exc:
+            raise StoreFailure(f"cannot read session {session_id}: {exc.strerror}") from exc
+        report = LoadReport(end_offset=offset)
+        events: list[dict[str, Any]] = []
+        complete_end = data.rfind(b"\n") + 1
+        if complete_end < len(data):
+            report.torn_tail = True
+        line_no = first_line
+        pos = 0
+        loads = orjson.loads
+        while pos < complete_end:
+            nl = data.index(b"\n", pos)
+            raw = data[pos:nl]
+            pos = nl + 1
+            if raw.strip():
+                try:
+                    event = loads(raw)
+                    if not isinstance(event, dict) or "t" not in event or "seq" not in event:
+                        raise ValueError("not an event")
+                    events.append(event)
+                except (orjson.JSONDecodeError, ValueError):
+                    report.bad_lines.append(line_no)
+            line_no += 1
+        report.events = len(events)
+        report.end_offset = offset + complete_end
+        return events, report
+
+    # ---- writing -------------------------------------------------------------------------
+
+    def create(self, session_id: str, events: list[dict[str, Any]]) -> int:
+        """Create a new log holding `events`; fails if the session exists. Returns the size."""
+        self.ensure_dirs()
+        path = self.log_path(session_id)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        except FileExistsError:
+            raise StoreFailure(
+                f"session {session_id} already exists", sessionId=session_id
+            ) from None
+        except OSError as exc:
+            raise StoreFailure(f"cannot create session {session_id}: {exc.strerror}") from exc
+        try:
+            size = self._write(fd, events)
+        finally:
+            os.close(fd)
+        self._sync_dir()
+        return size
+
+    def append(self, session_id: str, events: list[dict[str, Any]]) -> int:
+        """Append `events` (caller holds `locked`); returns the log size after the append.
+        Returns only once the bytes are on disk."""
+        path = self.log_path(session_id)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        except FileNotFoundError:
+            raise UnknownSession(f"no session {session_id!r}", sessionId=session_id) from None
+        except OSError as exc:
+            raise StoreFailure(f"cannot open session {session_id}: {exc.strerror}") from exc
+        try:
+            size = os.fstat(fd).st_size
+            prefix = b""
+            if size:
+                last = os.pread(fd, 1, size - 1)
+                if last != b"\n":  # seal a torn tail so it stays one bad line
+                    prefix = b"\n"
+            try:
+                return self._write(fd, events, prefix)
+            except StoreFailure:
+                # never leave part of an unacknowledged append behind
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+                raise
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _write(fd: int, events: list[dict[str, Any]], prefix: bytes = b"") -> int:
+        payload = prefix + b"".join(orjson.dumps(e) + b"\n" for e in events)
+        try:
+            view = memoryview(payload)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+            return os.fstat(fd).st_size
+        except OSError as exc:
+            raise StoreFailure(f"write failed: {exc.strerror}") from exc
+
+    def _sync_dir(self) -> None:
+        try:
+            dfd = os.open(self.sessions_dir, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.fsync(dfd)
+        except OSError:
+            pass
+        finally:
+            os.close(dfd)
+
+    def size(self, session_id: str) -> int:
+        try:
+            return self.log_path(session_id).stat().st_size
+        except FileNotFoundError:
+            return 0

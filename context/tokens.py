@@ -1,0 +1,140 @@
+"""Token estimates: tiktoken `cl100k_base` from the vocabulary shipped in the package.
+
+Counts are estimates with a known error (providers tokenize differently); `budget.Calibration`
+corrects them per model from the usage providers report. The vocabulary is never downloaded:
+it is loaded from `data/cl100k_base.tiktoken` and hash-checked.
+
+Callers memoize per node (`Node.cache`), so each node's text is tokenized once; `Counter`
+counts encoder calls so a test can hold us to that.
+"""
+
+from __future__ import annotations
+
+import threading
+from importlib import resources
+from typing import Any
+
+import orjson
+import tiktoken
+from tiktoken.load import load_tiktoken_bpe
+
+VOCAB_FILE = "cl100k_base.tiktoken"
+VOCAB_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
+# The cl100k_base split pattern and special tokens, as published with tiktoken (MIT).
+_CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+_CL100K_SPECIAL = {
+    "<|endoftext|>": 100257,
+    "<|fim_prefix|>": 100258,
+    "<|fim_middle|>": 100259,
+    "<|fim_suffix|>": 100260,
+    "<|endofprompt|>": 100276,
+}
+
+# Fixed estimates for parts that are not text (Anthropic: ~(w·h)/750 tokens per image; with no
+# dimensions known we use a typical screenshot).
+IMAGE_TOKENS = 1600
+DOCUMENT_TOKENS = 3000
+# Framing the provider adds around each message and block (roles, block headers).
+MESSAGE_OVERHEAD = 4
+BLOCK_OVERHEAD = 3
+TOOL_DEF_OVERHEAD = 8
+
+_lock = threading.Lock()
+_encoding: tiktoken.Encoding | None = None
+
+
+def vocabulary_path() -> str:
+    return str(resources.files("compactd.context").joinpath("data", VOCAB_FILE))
+
+
+def encoding() -> tiktoken.Encoding:
+    """The cl100k_base encoding, loaded once from the shipped file (hash-checked)."""
+    global _encoding
+    if _encoding is None:
+        with _lock:
+            if _encoding is None:
+                ranks = load_tiktoken_bpe(vocabulary_path(), expected_hash=VOCAB_SHA256)
+                _encoding = tiktoken.Encoding(
+                    name="cl100k_base",
+                    pat_str=_CL100K_PATTERN,
+                    mergeable_ranks=ranks,
+                    special_tokens=_CL100K_SPECIAL,
+                )
+    return _encoding
+
+
+class Counter:
+    """Counts tokens of text; `calls` is how many times the encoder actually ran."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._small: dict[str, int] = {}
+        self._request: dict[str, int] = {}
+
+    def text(self, text: str) -> int:
+        if not text:
+            return 0
+        if len(text) <= 64:  # short strings repeat (names, markers): memoize them globally
+            hit = self._small.get(text)
+            if hit is not None:
+                return hit
+        self.calls += 1
+        n = len(encoding().encode_ordinary(text))
+        if len(text) <= 64:
+            self._small[text] = n
+        return n
+
+    def json(self, value: Any) -> int:
+        return self.text(orjson.dumps(value).decode())
+
+    def request_text(self, text: str) -> int:
+        """Text that comes with every request (system prompt, tool definitions): memoized by
+        value, since clients send the same strings again and again."""
+        hit = self._request.get(text)
+        if hit is None:
+            if len(self._request) >= 512:
+                self._request.clear()
+            hit = self._request[text] = self.text(text)
+        return hit
+
+    def system_block(self, block: dict[str, Any]) -> int:
+        if block.get("type") == "text":
+            return self.request_text(block["text"]) + BLOCK_OVERHEAD
+        return self.block(block)
+
+    def tool_definition(self, tool: dict[str, Any]) -> int:
+        return self.request_text(orjson.dumps(tool).decode()) + TOOL_DEF_OVERHEAD
+
+    def schema(self, schema: dict[str, Any]) -> int:
+        return self.request_text(orjson.dumps(schema).decode())
+
+    def block(self, block: dict[str, Any]) -> int:
+        """Tokens of one Anthropic content block as the provider would count it."""
+        kind = block.get("type")
+        if kind == "text":
+            return self.text(block["text"]) + BLOCK_OVERHEAD
+        if kind == "thinking":
+            return self.text(block["thinking"]) + BLOCK_OVERHEAD
+        if kind == "redacted_thinking":
+            return len(block["data"]) // 4 + BLOCK_OVERHEAD
+        if kind == "image":
+            return IMAGE_TOKENS
+        if kind == "document":
+            return DOCUMENT_TOKENS
+        if kind == "tool_use":
+            return self.text(block["name"]) + self.json(block["input"]) + BLOCK_OVERHEAD
+        if kind == "tool_result":
+            return self.result(block.get("content", "")) + BLOCK_OVERHEAD
+        return self.json(block) + BLOCK_OVERHEAD
+
+    def result(self, content: Any) -> int:
+        if isinstance(content, str):
+            return self.text(content)
+        return sum(self.block(b) for b in content)
+
+
+COUNTER = Counter()
+"""The process-wide counter (the encoder is thread-safe; the memo tolerates races)."""

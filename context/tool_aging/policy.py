@@ -1,0 +1,149 @@
+"""Every threshold and tool list of the cascade, in one place.
+
+Tiers read their numbers from a `Policy`; a session's `config` overrides any field by name
+(`policy_from_config`). Nothing else in the engine hard-codes a threshold.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from ..errors import InvalidConfig
+
+# Budget Reduction (spec §3): results over this many characters keep a head and a tail.
+MAX_TOOL_RESULT_CHARS = 4000
+TRUNCATE_HEAD_CHARS = 2400
+TRUNCATE_TAIL_CHARS = 1600
+
+# Tier 1: the tools whose old results may be cleared, by the names real agents use.
+# Generic name -> names seen in agents (Claude Code, Codex, OpenHands, SWE-agent, …).
+COMPACTABLE_TOOLS: dict[str, tuple[str, ...]] = {
+    "FileRead": (
+        "FileRead",
+        "Read",
+        "read_file",
+        "view",
+        "str_replace_editor",
+        "NotebookRead",
+        "open",
+        "cat",
+    ),
+    "Shell": (
+        "Shell",
+        "Bash",
+        "BashOutput",
+        "shell",
+        "exec_command",
+        "local_shell",
+        "execute_bash",
+        "bash",
+        "swe_agent_command",
+        "run_command",
+    ),
+    "Grep": ("Grep", "grep", "search_dir", "search_file", "ripgrep", "rg"),
+    "Glob": ("Glob", "glob", "LS", "list_dir", "find_file", "list_directory"),
+    "WebSearch": ("WebSearch", "web_search", "browser"),
+    "WebFetch": ("WebFetch", "web_fetch", "fetch"),
+    "FileEdit": (
+        "FileEdit",
+        "Edit",
+        "MultiEdit",
+        "NotebookEdit",
+        "apply_patch",
+        "edit_file",
+        "edit",
+        "str_replace_based_edit_tool",
+    ),
+    "FileWrite": ("FileWrite", "Write", "write_file", "create", "create_file"),
+}
+
+CLEARED_PLACEHOLDER = (
+    "[Old tool result content cleared by compactd; the original is kept in the session graph.]"
+)
+"""What a time-based clear leaves (~20 tokens). Fixed bytes: every later render is identical."""
+
+RUNNING_FUNCTION_PLACEHOLDER = (
+    "[This function is still running; its output will appear here when it completes.]"
+)
+NO_RESULT_PLACEHOLDER = "[no result recorded]"
+HIDDEN_OUTPUT_PLACEHOLDER = "[This function's output is not exposed to its callers.]"
+
+
+@attrs.frozen
+class Policy:
+    """The cascade's parameters (spec defaults). All overridable per session."""
+
+    # Budget Reduction
+    max_tool_result_chars: int = MAX_TOOL_RESULT_CHARS
+    truncate_head_chars: int = TRUNCATE_HEAD_CHARS
+    truncate_tail_chars: int = TRUNCATE_TAIL_CHARS
+    # cascade threshold: fraction of the effective window (window - output reserve)
+    cascade_threshold: float = 0.92
+    # Tier 1 — Microcompact
+    microcompact_first_at: int = 50
+    microcompact_every: int = 25
+    microcompact_keep_recent: int = 5
+    idle_seconds: float = 90 * 60
+    microcompact_mode: str = "time"  # "time" (client-side placeholder) | "cache" (Anthropic edits)
+    microcompact_cache_clear_at_least: int = 5000
+    compactable_tools: tuple[str, ...] = tuple(
+        sorted({name for names in COMPACTABLE_TOOLS.values() for name in names})
+    )
+    # Tier 2 — Snip
+    snip_keep_first_turn: bool = True
+    # Tier 3 — Context Collapse
+    collapse_commit: float = 0.90
+    collapse_block: float = 0.95
+    collapse_min_turns: int = 5
+    collapse_max_turns: int = 10
+    collapse_summary_tokens: int = 300
+    # Tier 4 — Auto-Compact
+    summary_keep_turns: int = 2
+    summary_max_tokens: int = 5000
+    manual_compact_advice: float = 0.60
+    # Tier 5 — Reactive
+    reactive_margin: float = 0.05
+
+
+_FIELDS = {f.name: f for f in attrs.fields(Policy)}
+
+
+def policy_from_config(config: dict[str, Any] | None) -> Policy:
+    """A `Policy` with the session config's overrides (keys are field names, snake or camel)."""
+    if not config:
+        return Policy()
+    overrides: dict[str, Any] = {}
+    for key, value in config.items():
+        name = _snake(key)
+        if name not in _FIELDS:
+            continue
+        default = getattr(Policy(), name)
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int | float):
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+        elif isinstance(default, tuple):
+            ok = isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+            value = tuple(value) if ok else value
+        else:
+            ok = isinstance(value, type(default))
+        if not ok:
+            raise InvalidConfig(
+                f"config {key!r} has the wrong type ({type(value).__name__})", field=key
+            )
+        overrides[name] = type(default)(value) if isinstance(default, float) else value
+    if overrides.get("microcompact_mode", "time") not in ("time", "cache"):
+        raise InvalidConfig(
+            "config 'microcompactMode' must be 'time' or 'cache'", field="microcompactMode"
+        )
+    return attrs.evolve(Policy(), **overrides)
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in name)
+
+
+def is_compactable(policy: Policy, tool_name: str | None) -> bool:
+    return tool_name is not None and tool_name in policy.compactable_tools

@@ -1,0 +1,39 @@
+"""Budget Reduction: keep the head and the tail of an oversized tool result (spec §3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .policy import MAX_TOOL_RESULT_CHARS, TRUNCATE_HEAD_CHARS, TRUNCATE_TAIL_CHARS
+
+
+def middle_truncate(
+    text: str,
+    max_chars: int = MAX_TOOL_RESULT_CHARS,
+    head: int = TRUNCATE_HEAD_CHARS,
+    tail: int = TRUNCATE_TAIL_CHARS,
+) -> str:
+    """`text` unchanged if it is at most `max_chars` long; otherwise its first `head` and last
+    `tail` characters around a marker that says how much was cut."""
+    if len(text) <= max_chars:
+        return text
+    cut = len(text) - head - tail
+    marker = f"\n\n[… {cut:,} characters truncated by compactd …]\n\n"
+    return text[:head] + marker + text[len(text) - tail :]
+
+
+def truncate_result(content: Any, max_chars: int, head: int, tail: int) -> Any:
+    """Budget Reduction of a tool result's content: each text part over the limit is
+    middle-truncated; images, documents and short text are kept as they are."""
+    if isinstance(content, str):
+        return middle_truncate(content, max_chars, head, tail)
+    if not isinstance(content, list):
+        return content
+    changed = False
+    out = []
+    for block in content:
+        if block.get("type") == "text" and len(block.get("text", "")) > max_chars:
+            block = {**block, "text": middle_truncate(block["text"], max_chars, head, tail)}
+            changed = True
+        out.append(block)
+    return out if changed else content

@@ -1,0 +1,121 @@
+"""Turns: the only places where history may be cut, and which of them no tier may touch.
+
+A turn is a non-meta user node plus everything after it up to the next one (DESIGN §2); a
+leading run before the first user node is a turn of its own. Every tier that removes or
+replaces history asks this module where it may cut and what it must keep — so a tool call is
+never separated from its result and the latest turns are never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import attrs
+
+from .graph import Graph, Node, Path
+
+
+@attrs.frozen(slots=True)
+class Turn:
+    index: int
+    start: int  # index in the path of its first thread node
+    end: int  # one past its last thread node
+    start_id: str
+    user_start: bool  # starts with a non-meta user node (not a leading preamble)
+
+
+def turns_of(path: Path) -> list[Turn]:
+    ids = path.line.ids
+    starts = path.line.turn_starts
+    preamble = not starts or starts[0] != 0  # the first turn does not start with a user node
+    return [
+        Turn(i, start, end, ids[start], not (i == 0 and preamble))
+        for i, (start, end) in enumerate(path.turn_bounds())
+    ]
+
+
+def thread_nodes(graph: Graph, path: Path, turn: Turn) -> Iterator[Node]:
+    for node_id in path.line.ids[turn.start : turn.end]:
+        yield graph.nodes[node_id]
+
+
+def turn_node_ids(graph: Graph, path: Path, turn: Turn) -> list[str]:
+    """Every node a record covering this turn lists: thread nodes and the calls under them
+    (a function called as a tool comes with its call)."""
+    out: list[str] = []
+    for node in thread_nodes(graph, path, turn):
+        out.append(node.id)
+        for call in graph.calls_of(node):
+            out.append(call.id)
+            if call.function is not None:
+                out.append(call.function)
+    return out
+
+
+def has_running(graph: Graph, path: Path, turn: Turn) -> bool:
+    """A running function (or a call still waiting in the last turn) lives in this turn."""
+    last = turn.end == path.length
+    for node in thread_nodes(graph, path, turn):
+        for call in graph.calls_of(node):
+            fn = graph.nodes[call.function] if call.function else call
+            if fn.kind == "function" and fn.status == "running":
+                return True
+            if last and call.kind == "tool" and not call.answered:
+                return True
+    return False
+
+
+def is_complete(graph: Graph, path: Path, turn: Turn) -> bool:
+    """A finished exchange: nothing pending, and (for the last turn) the assistant answered."""
+    if has_running(graph, path, turn):
+        return False
+    if turn.end < path.length:
+        return True
+    last = graph.nodes[path.line.ids[turn.end - 1]]
+    return last.kind == "assistant" and not last.calls
+
+
+@attrs.frozen
+class CutPlan:
+    """Which turns a tier may remove, replace or summarize."""
+
+    turns: list[Turn]
+    protected: frozenset[int]
+    reasons: dict[int, str]
+
+    def removable(self) -> list[Turn]:
+        return [t for t in self.turns if t.index not in self.protected]
+
+
+def plan_cuts(
+    graph: Graph,
+    path: Path,
+    *,
+    keep_first_turn: bool,
+    keep_complete: int = 1,
+    turns: list[Turn] | None = None,
+) -> CutPlan:
+    """The turns no tier may touch: the active (last) turn, the latest `keep_complete`
+    complete turns, every turn holding a running function, and — if asked — the session's
+    first user turn (the task statement)."""
+    turns = turns if turns is not None else turns_of(path)
+    reasons: dict[int, str] = {}
+    if not turns:
+        return CutPlan(turns, frozenset(), reasons)
+    last = turns[-1].index
+    reasons[last] = "active turn"
+    found = 0
+    for turn in reversed(turns):
+        if found >= keep_complete:
+            break
+        if is_complete(graph, path, turn):
+            reasons.setdefault(turn.index, "latest complete turn")
+            found += 1
+    for turn in turns:
+        if has_running(graph, path, turn):
+            reasons.setdefault(turn.index, "running function")
+    if keep_first_turn:
+        first = next((t for t in turns if t.user_start), None)
+        if first is not None:
+            reasons.setdefault(first.index, "first user turn (the task)")
+    return CutPlan(turns, frozenset(reasons), reasons)
