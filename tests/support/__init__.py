@@ -1,0 +1,1 @@
+"""Test helpers shared by the test suites (fake provider servers and the like)."""
