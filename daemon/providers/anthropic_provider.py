@@ -1,0 +1,244 @@
+"""The `anthropic` summary provider: one Messages API call per `SummaryRequest`, via the SDK.
+
+Why a thin wrapper: the engine must see every failure as one of the `SummaryFailure` kinds in
+`compactd.context.summarize` (so Tier 4/5 can react — e.g. retry with a smaller chunk on
+`prompt_too_long`), never an SDK exception or a traceback, and a cancelled summary must simply
+stop (the caller writes nothing). Retries are the SDK's own (bounded by `max_retries`); a wall-time
+bound covers the whole call including those retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anthropic
+from anthropic import AsyncAnthropic
+from compactd.context.summarize import SummaryFailure, SummaryRequest, SummaryResult
+
+DEFAULT_SUMMARY_MODEL = "claude-haiku-4-5"
+MODEL_ENV = "COMPACTD_SUMMARY_MODEL"
+
+# The only signal the API gives for an over-window prompt (notes §5): no error_code, just this text.
+PROMPT_TOO_LONG = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum")
+
+# Above this the SDK refuses a non-streaming `create()` client-side (notes §5), so we must stream.
+NON_STREAMING_MAX_TOKENS = 21_333
+
+MAX_DETAIL_CHARS = 400  # provider messages are shown to users; keep them to a line or two
+
+T = TypeVar("T")
+
+
+class AnthropicSummaryProvider:
+    """Summaries from an Anthropic model. Configuration is explicit; nothing falls back silently.
+
+    `timeout_seconds` bounds each HTTP attempt (the SDK's timeout); `wall_seconds` bounds the
+    whole call, retries included. Outputs of at least `stream_threshold_tokens` are streamed, so
+    long summaries never hit the SDK's non-streaming guard or an idle-connection timeout.
+    """
+
+    name = "anthropic"
+
+    def __init__(
+        self,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        max_retries: int = 2,
+        timeout_seconds: float = 120.0,
+        wall_seconds: float = 300.0,
+        stream_threshold_tokens: int = 4096,
+    ) -> None:
+        self.model = model or os.environ.get(MODEL_ENV) or DEFAULT_SUMMARY_MODEL
+        self.max_retries = max_retries
+        self.timeout_seconds = timeout_seconds
+        self.wall_seconds = wall_seconds
+        self.stream_threshold_tokens = stream_threshold_tokens
+        self._api_key = api_key  # None: the SDK reads ANTHROPIC_API_KEY (or its other sources)
+        self._base_url = base_url  # None: the SDK reads ANTHROPIC_BASE_URL
+        self._client: AsyncAnthropic | None = None
+
+    # -- public API ------------------------------------------------------------------------
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        """One summary, or `SummaryFailure`; `asyncio.CancelledError` propagates untouched."""
+        if not request.prompt.strip():
+            raise SummaryFailure("other", "nothing to summarize: the summary prompt is empty")
+        if request.max_output_tokens < 1:
+            raise SummaryFailure("other", "max_output_tokens must be at least 1")
+        model = request.model or self.model
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "max_tokens": request.max_output_tokens,
+            "messages": [{"role": "user", "content": request.prompt}],
+        }
+        if request.system:
+            kwargs["system"] = request.system
+        if self._should_stream(request.max_output_tokens):
+            message = await self._bounded(lambda client: self._stream(client, kwargs), "summary")
+        else:
+            message = await self._bounded(
+                lambda client: client.messages.create(**kwargs), "summary"
+            )
+        return self._result(message, model)
+
+    async def count_tokens(
+        self,
+        system: str | None,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        model: str | None = None,
+    ) -> int:
+        """The provider's own prompt count (for calibrating the estimator), or `SummaryFailure`."""
+        kwargs: dict[str, Any] = {"model": model or self.model, "messages": messages}
+        if system:
+            kwargs["system"] = system
+        if tools:
+            kwargs["tools"] = tools
+        counted = await self._bounded(
+            lambda client: client.messages.count_tokens(**kwargs), "token count"
+        )
+        return int(counted.input_tokens)
+
+    async def aclose(self) -> None:
+        """Close the HTTP connection pool (the daemon calls this on shutdown)."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def __aenter__(self) -> AnthropicSummaryProvider:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _should_stream(self, max_output_tokens: int) -> bool:
+        return (
+            max_output_tokens >= self.stream_threshold_tokens
+            or max_output_tokens > NON_STREAMING_MAX_TOKENS
+        )
+
+    def _client_or_fail(self) -> AsyncAnthropic:
+        """The SDK client, built on first use: constructing a provider does no I/O."""
+        if self._client is None:
+            try:
+                client = AsyncAnthropic(
+                    api_key=self._api_key,
+                    base_url=self._base_url,
+                    max_retries=self.max_retries,
+                    timeout=self.timeout_seconds,
+                )
+            except anthropic.AnthropicError as exc:
+                raise SummaryFailure(
+                    "auth", f"cannot load Anthropic credentials: {_line(exc)}"
+                ) from exc
+            if client.api_key is None and client.auth_token is None and client.credentials is None:
+                raise SummaryFailure(
+                    "auth", "no Anthropic API key: set ANTHROPIC_API_KEY or configure api_key"
+                )
+            self._client = client
+        return self._client
+
+    @staticmethod
+    async def _stream(client: AsyncAnthropic, kwargs: dict[str, Any]) -> Any:
+        async with client.messages.stream(**kwargs) as stream:
+            return await stream.get_final_message()
+
+    async def _bounded(self, call: Callable[[AsyncAnthropic], Awaitable[T]], what: str) -> T:
+        """Run one SDK call under the wall-time bound; every failure becomes `SummaryFailure`."""
+        client = self._client_or_fail()
+        try:
+            return await asyncio.wait_for(call(client), timeout=self.wall_seconds)
+        except asyncio.CancelledError:
+            raise  # the caller cancelled: no failure record, nothing written
+        except TimeoutError as exc:
+            raise SummaryFailure(
+                "timeout", f"no {what} within the {self.wall_seconds:g} s wall-time bound"
+            ) from exc
+        except SummaryFailure:
+            raise
+        except Exception as exc:
+            raise failure_from_exception(exc) from exc
+
+    @staticmethod
+    def _result(message: Any, requested_model: str) -> SummaryResult:
+        text = "".join(
+            block.text for block in message.content if getattr(block, "type", None) == "text"
+        )
+        if not text.strip():
+            raise SummaryFailure(
+                "empty", f"the model returned no summary text (stop_reason={message.stop_reason})"
+            )
+        usage = message.usage
+        return SummaryResult(
+            text=text.strip(),
+            model=message.model or requested_model,
+            input_tokens=usage.input_tokens or 0,
+            output_tokens=usage.output_tokens or 0,
+            cache_read_input_tokens=usage.cache_read_input_tokens or 0,
+            cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
+        )
+
+
+def failure_from_exception(exc: Exception) -> SummaryFailure:
+    """Map an SDK (or other) exception to a `SummaryFailure` with a one-line message."""
+    if isinstance(exc, anthropic.APITimeoutError):  # before APIConnectionError: a subclass
+        return SummaryFailure("timeout", "the Anthropic API did not answer in time")
+    if isinstance(exc, anthropic.APIConnectionError):
+        return SummaryFailure("unavailable", f"cannot reach the Anthropic API: {_line(exc)}")
+    if isinstance(exc, anthropic.APIStatusError):
+        return _failure_from_status(exc)
+    if isinstance(exc, anthropic.CredentialsError):
+        return SummaryFailure("auth", f"cannot load Anthropic credentials: {_line(exc)}")
+    return SummaryFailure("other", f"{type(exc).__name__}: {_line(exc)}")
+
+
+def _failure_from_status(exc: anthropic.APIStatusError) -> SummaryFailure:
+    """HTTP errors by status; an `error` event inside a 200 stream by its `error.type`."""
+    status = exc.status_code
+    error_type = exc.type
+    detail = exc.api_message or _line(exc)
+    message = _clip(f"Anthropic API {status} {error_type or 'error'}: {detail}")
+    if exc.request_id:
+        message = f"{message} (request {exc.request_id})"
+
+    def fail(kind: str, **numbers: int) -> SummaryFailure:
+        return SummaryFailure(kind, message, status=status, **numbers)
+
+    if status == 200:  # the stream started fine, then the server sent `event: error`
+        return fail("overloaded" if error_type == "overloaded_error" else "stream_error")
+    if status == 400:
+        found = PROMPT_TOO_LONG.search(exc.api_message or "")
+        if found is not None:
+            return fail("prompt_too_long", prompt_tokens=int(found[1]), limit_tokens=int(found[2]))
+        return fail("other")
+    if status == 413 or error_type == "request_too_large":
+        return fail("too_large")
+    if status == 429:
+        return fail("rate_limited")
+    if status == 529 or error_type == "overloaded_error":
+        return fail("overloaded")
+    if status in (401, 403):
+        return fail("auth")
+    if status in (408, 504):
+        return fail("timeout")
+    if status in (502, 503):
+        return fail("unavailable")
+    return fail("other")
+
+
+def _line(exc: BaseException) -> str:
+    """The first line of an exception's text — never a traceback."""
+    text = str(exc).strip().splitlines()
+    return _clip(text[0]) if text else type(exc).__name__
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_DETAIL_CHARS else text[: MAX_DETAIL_CHARS - 1] + "…"
