@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 import importlib
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -127,31 +127,32 @@ def _classify(record: Any) -> str | None:
 _SNIFF_LINES = 8
 
 
-def _leading_records(path: Path) -> list[Any]:
-    """The first few JSON values of a JSONL file, or the document of a plain JSON file."""
-    records: list[Any] = []
+def _leading_records(path: Path) -> Iterator[Any]:
+    """The first few JSON values of a JSONL file, lazily, or the document of a JSON file."""
     try:
         with path.open("rb") as handle:
+            seen = 0
             for raw in handle:
                 if not raw.strip():
                     continue
                 try:
-                    records.append(orjson.loads(raw))
+                    record = orjson.loads(raw)
                 except orjson.JSONDecodeError:
                     break
-                if len(records) == _SNIFF_LINES:
-                    break
+                seen += 1
+                yield record
+                if seen == _SNIFF_LINES:
+                    return
             else:
-                if not records:
+                if not seen:
                     raise InvalidContent(f"{path}: the file is empty", path=str(path))
     except OSError as error:
         raise InvalidContent(
             f"{path}: cannot read the transcript ({error.strerror or error})", path=str(path)
         ) from error
-    if records:
-        return records
-    # A pretty-printed JSON document (e.g. a SWE-agent .traj) only parses as a whole.
-    return [read_json_document(path)]
+    if not seen:
+        # A pretty-printed JSON document (e.g. a SWE-agent .traj) only parses as a whole.
+        yield read_json_document(path)
 
 
 # --- reading -------------------------------------------------------------------------------
@@ -439,12 +440,16 @@ class ThreadBuilder:
         turn, self._turn = self._turn, None
         if turn is None:
             return
-        if turn.is_assistant:
+        if turn.is_assistant and turn.blocks:
             self.ops.append(ModelCall(self.thread, turn.timestamp, turn.model, turn.usage))
             self.ops.extend(turn.notes_before)
-            if turn.blocks:
-                message = {"role": "assistant", "content": turn.blocks}
-                self.ops.append(Messages([message], self.thread, turn.timestamp))
+            message = {"role": "assistant", "content": turn.blocks}
+            self.ops.append(Messages([message], self.thread, turn.timestamp))
+        elif turn.is_assistant:
+            # A response with nothing for the conversation (e.g. reasoning only): a ModelCall
+            # must be followed by its message, so only the notes stay.
+            self.ops.extend(turn.notes_before)
+            self._warn("a model response with no content was not kept as a model call")
         functions = self._functions(turn)
         for call, _run in functions:
             self.ops.append(

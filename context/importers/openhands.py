@@ -115,7 +115,7 @@ class _RunImport:
                 }
                 self.builder.note(Note("openhands_tools", data, timestamp))
         elif action is not None and isinstance(metadata, dict):
-            self._model_response(metadata, timestamp)
+            self._model_response(metadata, event.get("id"), timestamp)
         elif action == "message" and event.get("source") == "user":
             text = _text(args.get("content")) or _text(event.get("message")) or ""
             self.builder.user(text, timestamp=timestamp)
@@ -138,12 +138,15 @@ class _RunImport:
         else:
             self.skipped["unknown"] += 1
 
-    def _model_response(self, metadata: dict[str, Any], timestamp: float | None) -> None:
+    def _model_response(
+        self, metadata: dict[str, Any], event_id: Any, timestamp: float | None
+    ) -> None:
         response = metadata.get("model_response")
         if not isinstance(response, dict):
             self.skipped["tool action without its model response"] += 1
             return
-        response_id = str(response.get("id"))
+        # Without a response id, each action stands for its own response.
+        response_id = str(response.get("id") or f"event {event_id}")
         if response_id in self.responses_seen:
             return  # a later action of the same response (parallel tool calls)
         self.responses_seen.add(response_id)
