@@ -14,8 +14,9 @@ clearing, budget reduction of large outputs) only apply to tool results:
 
 The raw response is the thought followed by the fenced action, so nothing is lost. The `history`
 is used when present (it is what the model actually saw: system prompt, demonstration, issue);
-otherwise the `trajectory` steps are (thought, action, observation), with a warning that the
-prompt messages were not recorded. The system message → `ImportedSession.system`; a
+otherwise the `trajectory` steps are (thought, action, observation), after one meta user
+message saying the prompt was not recorded (a conversation cannot open with the model), and a
+warning. The system message → `ImportedSession.system`; a
 demonstration message (`is_demo`) → a `"meta": True` user message. The last call (`submit`) is
 never answered in the history; its output recorded in the matching trajectory step becomes its
 result. SWE-agent 1.0 function-calling histories (`tool_calls` on assistant messages, `tool`
@@ -33,6 +34,7 @@ from compactd.context.importers import ThreadBuilder, read_json_document, tool_i
 from compactd.context.importers.plan import MAIN, ImportedSession, Note
 
 COMMAND_TOOL = "swe_agent_command"
+PROMPT_NOT_RECORDED = "[SWE-agent trajectory without history: the prompt was not recorded]"
 
 
 def load(path: Path) -> list[ImportedSession]:
@@ -49,6 +51,8 @@ def load(path: Path) -> list[ImportedSession]:
         run.from_history([entry for entry in history if isinstance(entry, dict)], steps)
     elif steps:
         run.warnings.append("no history: rebuilt from trajectory steps; prompts not recorded")
+        # A conversation cannot open with the model speaking; say plainly what is missing.
+        run.builder.user(PROMPT_NOT_RECORDED, meta=True)
         run.from_steps(steps)
     else:
         raise InvalidContent(
