@@ -3,8 +3,9 @@
 An append is acknowledged only after the bytes are written and fsync'ed. Writers hold a file
 lock, so several daemons may share a data dir; each reads what the others appended before
 writing (`read_from`). A torn last line (a crash mid-write) is reported and ignored on load,
-never fatal; before the next append it is sealed with a newline so it can never merge with a
-new event. Files are created 0600 and folders 0700. History is never rewritten.
+never fatal; before the next append it is sealed (`TORN_SEAL`) so it can never merge with a
+new event nor come back as one. Files are created 0600 and folders 0700. History is never
+rewritten.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ from .errors import InvalidSessionId, StoreFailure, UnknownSession
 SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 LOG_SUFFIX = ".jsonl"
 LOCK_TIMEOUT_SECONDS = 10.0
+TORN_SEAL = b" [torn]\n"
+"""Ends a torn tail before the next append. A bare newline is not enough: a crash between an
+event's last byte and its newline leaves a whole JSON object, which a newline would turn back
+into an event — one never acknowledged, with the seq of the event appended after it. Trailing
+non-JSON bytes keep the line bad whatever was cut (a string left open stays open)."""
 
 
 def default_data_dir() -> Path:
@@ -198,7 +204,7 @@ class Store:
             if size:
                 last = os.pread(fd, 1, size - 1)
                 if last != b"\n":  # seal a torn tail so it stays one bad line
-                    prefix = b"\n"
+                    prefix = TORN_SEAL
             try:
                 return self._write(fd, events, prefix)
             except StoreFailure:
