@@ -62,12 +62,12 @@ def check_session(session: ImportedSession) -> dict[str | None, ThreadStats]:
 
     Within a thread: the first message is a user message; a ModelCall is followed by an
     assistant message; two assistant messages follow each other only when functions answered
-    every call of the first (there is no user message to carry); consecutive user messages differ in
-    `meta`; every tool_result answers an unanswered call of the assistant message just before
-    it and comes before any other block; tool_use ids are unique (in the whole session); a
-    function's call is answered by its FunctionEnd only, which comes after its start and before
-    the next assistant message of the calling thread; a function's own ops come between its
-    start and its end.
+    every call of the first (there is no user message to carry them); consecutive user messages
+    differ in `meta`; every tool_result answers an unanswered call of the assistant message just
+    before it, in call order, and comes before any other block; tool_use ids are unique in the
+    whole session; a function's call is answered by its FunctionEnd only, which comes after its
+    start and before the next assistant message of the calling thread; a function's own ops
+    come between its start and its end.
     """
     threads: dict[str | None, ThreadStats] = {None: ThreadStats()}
     started_at: dict[str, tuple[str | None, int]] = {}
@@ -150,10 +150,16 @@ def _check_message(message: dict[str, Any], stats: ThreadStats, all_ids: set[str
             )
         blocks = content if isinstance(content, list) else []
         seen_other = False
+        call_order = list(stats.open_calls)
+        last_index = -1
         for block in blocks:
             if block["type"] == "tool_result":
                 assert not seen_other, "a tool_result after other blocks"
                 call_id = block["tool_use_id"]
+                if call_id in stats.open_calls:
+                    index = call_order.index(call_id)
+                    assert index > last_index, "tool results out of call order"
+                    last_index = index
                 assert call_id in stats.open_calls, (
                     f"tool_result for {call_id}: not a call of the previous assistant message"
                 )
