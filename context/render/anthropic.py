@@ -54,7 +54,7 @@ def breakpoint_messages(conv: Conversation, slots: int) -> list[int]:
     for index in (n - 1, n - 3):
         if index >= 0 and index not in chosen:
             chosen.append(index)
-    anchor = next((i for i, m in enumerate(conv.messages) if m.kind == "summary"), None)
+    anchor = next((i for i, m in enumerate(conv.messages) if m.anchor), None)
     if anchor is None:
         anchor = n - 5 if n - 5 >= 0 else None
     if anchor is not None and anchor not in chosen:

@@ -65,6 +65,9 @@ class Message:
     parts: list[Part]
     turn: int  # index of the turn in the viewer's own thread; -1 for the caller prefix
     kind: str = "turn"  # "turn" | "summary" | "collapse" | "snip" | "caller"
+    # holds the summary marker: a stable cache anchor even once the first kept turn merges in
+    # (which makes `kind` "turn")
+    anchor: bool = False
 
     @property
     def tokens(self) -> int:
@@ -128,7 +131,7 @@ class _Builder:
                 last.kind = "turn"
                 last.turn = turn
         else:
-            self.messages.append(Message(role, list(parts), turn, kind))
+            self.messages.append(Message(role, list(parts), turn, kind, kind == "summary"))
 
     def marker(self, text: str, turn: int, kind: str) -> None:
         block = {"type": "text", "text": text}
