@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..tokens import Counter
-from .conversation import SCHEMA, SYSTEM, TOOLS, Conversation, Part
+from .conversation import SCHEMA, SYSTEM, TOOLS, Conversation, Message, Part
 from .tally import Tally
 
 EPHEMERAL = {"type": "ephemeral"}
@@ -47,14 +47,26 @@ def _cache_control(ttl: str | None) -> dict[str, str]:
     return {"type": "ephemeral", "ttl": ttl} if ttl else dict(EPHEMERAL)
 
 
-def breakpoint_messages(conv: Conversation, slots: int) -> list[int]:
-    """Indices of messages that get a breakpoint, most important first."""
-    n = len(conv.messages)
+def wire_groups(conv: Conversation) -> list[list[Message]]:
+    """Consecutive same-role messages travel as one wire message (tool results stay first:
+    a results message only ever follows its assistant message)."""
+    groups: list[list[Message]] = []
+    for msg in conv.messages:
+        if groups and groups[-1][-1].role == msg.role:
+            groups[-1].append(msg)
+        else:
+            groups.append([msg])
+    return groups
+
+
+def breakpoint_messages(groups: list[list[Message]], slots: int) -> list[int]:
+    """Indices of wire messages that get a breakpoint, most important first."""
+    n = len(groups)
     chosen: list[int] = []
     for index in (n - 1, n - 3):
         if index >= 0 and index not in chosen:
             chosen.append(index)
-    anchor = next((i for i, m in enumerate(conv.messages) if m.anchor), None)
+    anchor = next((i for i, g in enumerate(groups) if any(m.kind == "summary" for m in g)), None)
     if anchor is None:
         anchor = n - 5 if n - 5 >= 0 else None
     if anchor is not None and anchor not in chosen:
@@ -92,15 +104,16 @@ def to_anthropic(
         else:
             tool_defs[-1] = {**tool_defs[-1], "cache_control": _cache_control(cache_ttl)}
         slots -= 1
-    marked = set(breakpoint_messages(conv, slots)) if cache else set()
+    groups = wire_groups(conv)
+    marked = set(breakpoint_messages(groups, slots)) if cache else set()
     messages = []
-    for i, msg in enumerate(conv.messages):
-        blocks = [p.block for p in msg.parts]
-        tally.add_message([(p.category, p.tokens) for p in msg.parts])
+    for i, group in enumerate(groups):
+        parts = [p for msg in group for p in msg.parts]
+        blocks = [p.block for p in parts]
+        tally.add_message([(p.category, p.tokens) for p in parts])
         if i in marked:
-            blocks = list(blocks)
             _mark_last_cacheable(blocks, cache_ttl)
-        messages.append({"role": msg.role, "content": blocks})
+        messages.append({"role": group[0].role, "content": blocks})
     if sys_blocks:
         request["system"] = sys_blocks
     request["messages"] = messages

@@ -65,9 +65,6 @@ class Message:
     parts: list[Part]
     turn: int  # index of the turn in the viewer's own thread; -1 for the caller prefix
     kind: str = "turn"  # "turn" | "summary" | "collapse" | "snip" | "caller"
-    # holds the summary marker: a stable cache anchor even once the first kept turn merges in
-    # (which makes `kind` "turn")
-    anchor: bool = False
 
     @property
     def tokens(self) -> int:
@@ -122,16 +119,20 @@ class _Builder:
     # -- message assembly ---------------------------------------------------------------
 
     def emit(self, role: str, parts: list[Part], turn: int, kind: str = "turn") -> None:
+        """Add parts; they join the previous message only within the same turn (formatters
+        merge same-role neighbours on the wire), so every message knows its turn and kind."""
         if not parts:
             return
         last = self.messages[-1] if self.messages else None
-        if last is not None and last.role == role:
-            last.parts.extend(parts)  # consecutive same-role messages are one message
-            if last.kind != "turn" and kind == "turn":
-                last.kind = "turn"
-                last.turn = turn
+        if (
+            last is not None
+            and last.role == role
+            and last.turn == turn
+            and last.kind == kind == "turn"
+        ):
+            last.parts.extend(parts)
         else:
-            self.messages.append(Message(role, list(parts), turn, kind, kind == "summary"))
+            self.messages.append(Message(role, list(parts), turn, kind))
 
     def marker(self, text: str, turn: int, kind: str) -> None:
         block = {"type": "text", "text": text}
