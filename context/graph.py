@@ -191,6 +191,7 @@ class Graph:
         self.branches: dict[str, str | None] = {DEFAULT_BRANCH: None}
         self.current_branch = DEFAULT_BRANCH
         self.function_heads: dict[str, str | None] = {}
+        self.running: set[str] = set()  # derived: ids of functions still running
         self.records: list[Record] = []
         self.config: dict[str, Any] = {}
         self.meta: dict[str, Any] = {}
@@ -392,6 +393,7 @@ class Graph:
             else:
                 parent.calls.append(node_id)
             self.function_heads[node_id] = None
+            self.running.add(node_id)
         else:
             raise InvalidGraph(f"unknown node kind {kind!r}")
         self.nodes[node_id] = node
@@ -414,6 +416,7 @@ class Graph:
         if fn.status != "running":
             raise InvalidGraph(f"function {fn.id!r} is already {fn.status}")
         fn.status = event["status"]
+        self.running.discard(fn.id)
         fn.result = event.get("output")
         fn.is_error = fn.status == "error"
         fn.result_seq = seq

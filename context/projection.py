@@ -4,15 +4,23 @@ A record applies only when everything it covers lies on the rendered path (branc
 for free). The applicable summary hides the turns it covers behind one marker; collapses do
 the same per segment unless undone; snips hide whole turns; time-based clears and evidence
 replace single tool results. Cache-aware clears change nothing here: the provider applies them.
+
+Whatever the records say, a render never hides the path's protected turns (the active turn,
+the latest complete turn, every turn holding a running function). Tiers only cover turns that
+are removable on the path they cut, but a record also applies to every branch forked after its
+covered nodes, and there those turns can be the latest ones: a summary or collapse touching
+one is not applied there, and a snip skips it.
 """
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 import attrs
 
 from .graph import Graph, Path, Record
+from .turns import Turn, is_complete
 
 # record kinds (the log's vocabulary)
 SUMMARY = "summary"
@@ -54,8 +62,19 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
     if extra:
         records = records + [r for r in extra if graph.record_applies(r, path)]
     undone = {r.data.get("collapse") for r in records if r.kind == UNCOLLAPSE}
+    guarded: frozenset[str] = frozenset()
+    if any(r.kind in _TURN_KINDS for r in records):
+        guarded = protected_starts(graph, path)
     for rec in records:
         kind = rec.kind
+        if kind in _TURN_KINDS and guarded.intersection(rec.data.get("turns", [])):
+            if kind != SNIP:
+                continue  # it would hide a protected turn of this path: not in force here
+            starts = [s for s in rec.data.get("turns", []) if s not in guarded]
+            if not starts:
+                continue
+        else:
+            starts = rec.data.get("turns", [])
         if kind == SUMMARY:
             # the rolling summary in force is the newest one; it folds the older ones in
             if proj.summary is None or rec.seq >= proj.summary.seq:
@@ -63,10 +82,10 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
         elif kind == COLLAPSE:
             if rec.id in undone:
                 continue
-            for start in rec.data.get("turns", []):
+            for start in starts:
                 proj.collapsed[start] = rec
         elif kind == SNIP:
-            for start in rec.data.get("turns", []):
+            for start in starts:
                 proj.snipped[start] = rec
         elif kind == CLEAR:
             target = proj.cache_cleared if rec.data.get("mode") == "cache" else proj.cleared
@@ -79,3 +98,42 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
     if proj.summary is not None:
         proj.summary_turns = frozenset(proj.summary.data.get("turns", []))
     return proj
+
+
+_TURN_KINDS = frozenset({SUMMARY, COLLAPSE, SNIP})
+
+
+def protected_starts(graph: Graph, path: Path) -> frozenset[str]:
+    """Start ids of the turns of `path` no record may hide: the active (last) turn, the latest
+    complete turn and every turn holding a running function (what `turns.plan_cuts` protects
+    with `keep_complete=1`), found without walking every turn."""
+    bounds = path.turn_bounds()
+    if not bounds:
+        return frozenset()
+    ids = path.line.ids
+    out = {ids[bounds[-1][0]]}
+    for i in range(len(bounds) - 1, -1, -1):
+        start, end = bounds[i]
+        if is_complete(graph, path, Turn(i, start, end, ids[start], True)):
+            out.add(ids[start])
+            break
+    if graph.running:
+        starts = [b[0] for b in bounds]
+        for fid in graph.running:
+            at = _thread_index(graph, fid, path)
+            if at is not None:
+                out.add(ids[starts[bisect.bisect_right(starts, at) - 1]])
+    return frozenset(out)
+
+
+def _thread_index(graph: Graph, node_id: str, path: Path) -> int | None:
+    """The index in `path` of the thread node that `node_id` hangs under, if any."""
+    node = graph.nodes[node_id]
+    if path.owner is None:
+        return path.index(node.anchor) if node.anchor in path else None
+    cur = node
+    while not (cur.is_thread and cur.owner == path.owner):
+        if cur.parent is None:
+            return None
+        cur = graph.nodes[cur.parent]
+    return path.index(cur.id) if cur.id in path else None
