@@ -1,0 +1,52 @@
+"""Fixtures shared by every test suite.
+
+Every test gets its own data dir, and `COMPACTD_DATA_DIR` points at a throwaway folder, so no
+test can read or write a real user's sessions even when it forgets to pass a store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from compactd.context.engine import Engine
+from compactd.context.session import Library
+from compactd.context.store import Store
+from compactd.context.tokens import Counter
+
+
+@pytest.fixture(autouse=True)
+def _isolated_default_data_dir(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """A code path that falls back to the default data dir lands in a temp folder."""
+    monkeypatch.setenv("COMPACTD_DATA_DIR", str(tmp_path_factory.mktemp("default-data")))
+    yield
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """The data dir of this test's store (created by the store on first write)."""
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def store(data_dir: Path) -> Store:
+    return Store(data_dir)
+
+
+@pytest.fixture
+def library(store: Store) -> Library:
+    return Library(store)
+
+
+@pytest.fixture
+def counter() -> Counter:
+    """A fresh token counter, so a test can watch how often the encoder runs."""
+    return Counter()
+
+
+@pytest.fixture
+def engine(store: Store, counter: Counter) -> Engine:
+    return Engine(store, counter=counter)
