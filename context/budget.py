@@ -72,6 +72,9 @@ def make_budget(
     model: str | None, window: int | None = None, max_output_tokens: int | None = None
 ) -> Budget:
     """The budget for a request; explicit `window`/`max_output_tokens` override the table."""
+    for field, value in (("window", window), ("maxOutputTokens", max_output_tokens)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise InvalidConfig(f"{field} must be an integer, got {value!r}", field=field)
     spec = model_spec(model)
     win = spec.window if window is None else window
     reserve = (
