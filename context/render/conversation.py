@@ -17,7 +17,7 @@ import attrs
 from ..errors import PendingToolResults
 from ..graph import Graph, Node, Path
 from ..projection import Projection
-from ..tokens import MESSAGE_OVERHEAD, Counter
+from ..tokens import BLOCK_OVERHEAD, MESSAGE_OVERHEAD, Counter
 from ..tool_aging.policy import (
     CLEARED_PLACEHOLDER,
     HIDDEN_OUTPUT_PLACEHOLDER,
@@ -57,6 +57,9 @@ class Part:
     category: str
     tokens: int
     node: str | None = None  # the node it came from (tool results: the tool node)
+    # tokens of the text a formatter sends instead of `block` (OpenAI: a block-list result or
+    # a document), memoized here because parts are cached on their node
+    alt_tokens: int | None = None
 
 
 @attrs.define(slots=True)
@@ -136,7 +139,10 @@ class _Builder:
 
     def marker(self, text: str, turn: int, kind: str) -> None:
         block = {"type": "text", "text": text}
-        self.emit("user", [Part(block, MARKERS, self.counter.block(block))], turn, kind)
+        # memoized by value: a marker is rebuilt on every render but its text only changes
+        # with the records, so a summary is not tokenized again and again
+        tokens = self.counter.request_text(text) + BLOCK_OVERHEAD
+        self.emit("user", [Part(block, MARKERS, tokens)], turn, kind)
 
     # -- threads ------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 Thinking blocks have no place in this format and are not sent (nor counted). Tool messages
 carry text only, so a non-text part of a tool result becomes a short placeholder — counted as
-sent.
+sent; so does a user message's document, which has no part of its own here.
 """
 
 from __future__ import annotations
@@ -27,6 +27,10 @@ def _tool_def(tool: dict[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": fn}
 
 
+def _omitted(block: dict[str, Any]) -> str:
+    return f"[{block.get('type', 'content')} omitted]"
+
+
 def _result_text(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -35,8 +39,22 @@ def _result_text(content: Any) -> str:
         if block.get("type") == "text":
             pieces.append(block["text"])
         else:
-            pieces.append(f"[{block.get('type', 'content')} omitted]")
+            pieces.append(_omitted(block))
     return "\n".join(pieces)
+
+
+def _sent_tokens(part: Part, counter: Counter, text: str) -> int:
+    """Tokens of the text sent in place of a part's block, memoized on the part (parts are
+    cached on their node, so a warm render tokenizes nothing)."""
+    if part.alt_tokens is None:
+        part.alt_tokens = counter.text(text) + BLOCK_OVERHEAD
+    return part.alt_tokens
+
+
+def _user_tokens(part: Part, counter: Counter) -> int:
+    if part.block["type"] in ("text", "image"):
+        return part.tokens
+    return _sent_tokens(part, counter, _omitted(part.block))
 
 
 def _user_content(parts: list[Part]) -> str | list[dict[str, Any]]:
@@ -54,8 +72,8 @@ def _user_content(parts: list[Part]) -> str | list[dict[str, Any]]:
             else:
                 url = source.get("url", "")
             out.append({"type": "image_url", "image_url": {"url": url}})
-        else:
-            out.append({"type": "text", "text": orjson.dumps(block).decode()})
+        else:  # no such part here (documents): say so rather than send base64 as text
+            out.append({"type": "text", "text": _omitted(block)})
     return out
 
 
@@ -125,7 +143,7 @@ def to_openai(
                 text, tokens = content, part.tokens
             else:
                 text = _result_text(content)
-                tokens = counter.text(text) + BLOCK_OVERHEAD
+                tokens = _sent_tokens(part, counter, text)
             messages.append(
                 {"role": "tool", "tool_call_id": part.block["tool_use_id"], "content": text}
             )
@@ -134,7 +152,7 @@ def to_openai(
             )
         if rest:
             messages.append({"role": "user", "content": _user_content(rest)})
-            tally.add_message([(p.category, p.tokens) for p in rest])
+            tally.add_message([(p.category, _user_tokens(p, counter)) for p in rest])
     request: dict[str, Any] = {}
     if model:
         request["model"] = model
