@@ -10,13 +10,14 @@ counts encoder calls so a test can hold us to that.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import threading
 from importlib import resources
 from typing import Any
 
 import orjson
 import tiktoken
-from tiktoken.load import load_tiktoken_bpe
 
 VOCAB_FILE = "cl100k_base.tiktoken"
 VOCAB_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
@@ -50,13 +51,27 @@ def vocabulary_path() -> str:
     return str(resources.files("compactd.context").joinpath("data", VOCAB_FILE))
 
 
+def _load_ranks(path: str) -> dict[bytes, int]:
+    """The BPE ranks of the shipped file, hash-checked. Read directly rather than through
+    `tiktoken.load.load_tiktoken_bpe`, which also copies the file into tiktoken's cache dir
+    (`TIKTOKEN_CACHE_DIR` or the system temp dir): a stray write on every new install."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if hashlib.sha256(data).hexdigest() != VOCAB_SHA256:
+        raise ValueError(f"hash mismatch for the shipped vocabulary {path}")
+    return {
+        base64.b64decode(token): int(rank)
+        for token, rank in (line.split() for line in data.splitlines() if line)
+    }
+
+
 def encoding() -> tiktoken.Encoding:
     """The cl100k_base encoding, loaded once from the shipped file (hash-checked)."""
     global _encoding
     if _encoding is None:
         with _lock:
             if _encoding is None:
-                ranks = load_tiktoken_bpe(vocabulary_path(), expected_hash=VOCAB_SHA256)
+                ranks = _load_ranks(vocabulary_path())
                 _encoding = tiktoken.Encoding(
                     name="cl100k_base",
                     pat_str=_CL100K_PATTERN,
