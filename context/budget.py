@@ -42,7 +42,7 @@ MODELS: dict[str, ModelSpec] = {
     "gpt-4": ModelSpec(8_192, 4_096),
 }
 DEFAULT_MODEL_SPEC = ModelSpec(200_000, 32_000)
-DEFAULT_OUTPUT_RESERVE = 32_000  # never reserve more than this unless asked
+DEFAULT_OUTPUT_RESERVE = 20_000  # never reserve more than this unless asked (as Claude Code)
 
 
 def model_spec(model: str | None) -> ModelSpec:
@@ -77,11 +77,10 @@ def make_budget(
             raise InvalidConfig(f"{field} must be an integer, got {value!r}", field=field)
     spec = model_spec(model)
     win = spec.window if window is None else window
-    reserve = (
-        min(spec.max_output, DEFAULT_OUTPUT_RESERVE)
-        if max_output_tokens is None
-        else max_output_tokens
-    )
+    if max_output_tokens is not None:
+        reserve = max_output_tokens
+    else:  # the model's limit, capped, and never more than a quarter of a small window
+        reserve = min(spec.max_output, DEFAULT_OUTPUT_RESERVE, max(1, win // 4))
     if win <= 0:
         raise InvalidConfig(f"window must be positive, got {win}", field="window")
     if reserve < 0 or reserve >= win:

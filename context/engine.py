@@ -13,14 +13,18 @@ from typing import Any
 
 import attrs
 
+from . import microcompact
 from .budget import Calibration, reported_prompt_tokens
+from .cascade import Drive, Outcome, Run, run_cascade, snip_now
 from .decompose import from_anthropic, from_nodes, from_openai
 from .errors import InvalidContent
 from .graph import Graph, Node
-from .projection import USAGE
+from .projection import IDLE, REACTIVE, USAGE
+from .reactive import Overflow
 from .render.request import Rendered, RequestSpec, render_request
 from .session import UNSET, AppendResult, Library, Session
 from .store import Store
+from .summarize import SummaryResult
 from .tokens import COUNTER, Counter
 from .tool_aging.policy import Policy, policy_from_config
 from .visibility import ViewOptions
@@ -36,17 +40,32 @@ class RenderParams:
     spec: RequestSpec = attrs.field(factory=RequestSpec)
 
 
+@attrs.frozen
+class IdleOutcome:
+    cleared: int
+    events: list[dict[str, Any]]
+
+
 class Engine:
     def __init__(
-        self, store: Store, *, clock: Clock = time.time, counter: Counter = COUNTER
+        self,
+        store: Store,
+        *,
+        clock: Clock = time.time,
+        counter: Counter = COUNTER,
+        defaults: dict[str, Any] | None = None,
+        summary_provider: str | None = None,
     ) -> None:
         self.store = store
         self.library = Library(store, clock)
         self.clock = clock
         self.counter = counter
+        self.defaults = dict(defaults or {})
+        self.summary_provider = summary_provider  # the daemon's default provider name
         self.sessions: dict[str, Session] = {}
         self._calibration: dict[str, tuple[int, Calibration]] = {}
         self._last_estimate: dict[str, tuple[str | None, int]] = {}
+        self._prepared: dict[str, tuple[str, str | None, SummaryResult]] = {}
 
     # ---- sessions ----------------------------------------------------------------------------
 
@@ -55,21 +74,20 @@ class Engine:
         session_id: str | None = None,
         config: dict[str, Any] | None = None,
         meta: dict[str, Any] | None = None,
-    ) -> Session:
-        """Load a session, or create it (a new id when none is given)."""
+    ) -> tuple[Session, bool]:
+        """Load a session, or create it (a new id when none is given); says if it is new."""
         if config is not None:
             policy_from_config(config)  # reject a bad config before anything is written
-        if (session_id is not None and session_id in self.sessions) or (
-            session_id is not None and self.library.exists(session_id)
+        if session_id is not None and (
+            session_id in self.sessions or self.library.exists(session_id)
         ):
             session = self.session(session_id)
-        else:
-            session = self.library.create(session_id, config, meta)
-            self.sessions[session.id] = session
-            return session
-        if config:
-            session.update_config(config)
-        return session
+            if config:
+                session.update_config(config)
+            return session, False
+        session = self.library.create(session_id, config, meta)
+        self.sessions[session.id] = session
+        return session, True
 
     def session(self, session_id: str) -> Session:
         """A loaded session (loading it on first use), caught up with other writers."""
@@ -84,16 +102,21 @@ class Engine:
     def evict(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
         self._calibration.pop(session_id, None)
+        self._prepared.pop(session_id, None)
 
     def list(self) -> list[str]:
         return self.library.list()
 
     def policy(self, session: Session) -> Policy:
-        return policy_from_config(session.graph.config)
+        return policy_from_config({**self.defaults, **session.graph.config})
+
+    def provider_for(self, session: Session) -> str | None:
+        """The summary provider this session uses: its config, else the daemon's default."""
+        return self.policy(session).summary_provider or self.summary_provider
 
     def calibration(self, session: Session) -> Calibration:
-        """Per-model ratios replayed from the session's usage records (so a restarted daemon
-        estimates exactly as before)."""
+        """Per-model ratios replayed from the session's usage and overflow records (so a
+        restarted daemon estimates exactly as before)."""
         version = session.graph.records_version
         cached = self._calibration.get(session.id)
         if cached is not None and cached[0] == version:
@@ -101,9 +124,9 @@ class Engine:
         cal = Calibration()
         for rec in session.graph.records:
             data = rec.data
-            if rec.kind == USAGE and data.get("estimated") and data.get("reported"):
-                adopt = cal.force if data.get("exact") else cal.observe
-                adopt(data["model"], data["reported"], data["estimated"])
+            if rec.kind in (USAGE, REACTIVE) and data.get("estimated") and data.get("reported"):
+                adopt = cal.force if (rec.kind == REACTIVE or data.get("exact")) else cal.observe
+                adopt(data.get("model") or "", data["reported"], data["estimated"])
         self._calibration[session.id] = (version, cal)
         return cal
 
@@ -143,7 +166,7 @@ class Engine:
     # ---- rendering ----------------------------------------------------------------------------
 
     def render(self, session_id: str, params: RenderParams, *, remember: bool = True) -> Rendered:
-        """Render without the cascade (the cascade lives in `cascade.run_cascade`)."""
+        """Render without the cascade."""
         session = self.session(session_id)
         rendered = self.render_session(session, params)
         if remember:
@@ -161,60 +184,150 @@ class Engine:
             **kw,
         )
 
+    def cascade(
+        self,
+        session_id: str,
+        params: RenderParams,
+        *,
+        overflow: Overflow | None = None,
+        manual: bool = False,
+        instructions: str | None = None,
+    ) -> Drive:
+        """The cascade as a generator (see `cascade.run_cascade`); drive it with
+        `drive` or by answering its `SummaryNeeded` requests."""
+        session = self.session(session_id)
+        return self._remembering(
+            session_id,
+            params,
+            run_cascade(
+                self,
+                session,
+                params.view,
+                params.spec,
+                summary_provider=self.provider_for(session),
+                overflow=overflow,
+                manual=manual,
+                instructions=instructions,
+            ),
+        )
+
+    def _remembering(self, session_id: str, params: RenderParams, gen: Drive) -> Drive:
+        outcome = yield from gen
+        self._last_estimate[session_id] = (params.spec.model, outcome.rendered.estimate)
+        return outcome
+
+    def snip(self, session_id: str, params: RenderParams, target: int | None) -> Outcome:
+        """`context/snip`: Tier 2 alone, down to `target` (default: the cascade threshold)."""
+        session = self.session(session_id)
+        run = Run(self, session, params.view, params.spec, self.policy(session), None)
+        before = run.total
+        snip_now(run, target if target is not None else run.threshold)
+        ids = run.commit()
+        return Outcome(run.rendered, run.events, ids, before)
+
+    def measure_advice(self, session: Session, rendered: Rendered) -> str | None:
+        policy = self.policy(session)
+        share = rendered.total / rendered.budget.limit if rendered.budget.limit else 0.0
+        if share >= policy.manual_compact_advice:
+            return (
+                f"The context is {share:.0%} full. Consider /compact now (optionally with "
+                "instructions on what to keep) rather than waiting for auto-compact."
+            )
+        return None
+
+    # ---- summaries prepared in the background -------------------------------------------------
+
+    def prepared_summary(
+        self, session_id: str, digest: str, model: str | None
+    ) -> SummaryResult | None:
+        """A summary prepared for exactly this source range and model, taken once."""
+        entry = self._prepared.get(session_id)
+        if entry is None or entry[0] != digest or entry[1] != model:
+            return None
+        del self._prepared[session_id]
+        return entry[2]
+
+    def keep_prepared(
+        self, session_id: str, digest: str, model: str | None, result: SummaryResult
+    ) -> None:
+        self._prepared[session_id] = (digest, model, result)
+
+    def has_prepared(self, session_id: str) -> bool:
+        return session_id in self._prepared
+
+    # ---- idle ---------------------------------------------------------------------------------
+
+    def idle_due(self, session: Session, now: float | None = None) -> float | None:
+        """Seconds idle if the idle work is due and not yet done for this idle period."""
+        g = session.graph
+        now = self.clock() if now is None else now
+        idle = now - g.last_activity
+        if idle < self.policy(session).idle_seconds:
+            return None
+        for rec in reversed(g.records):
+            if rec.kind == IDLE:
+                if rec.data.get("activity") == g.last_activity:
+                    return None
+                break
+        return idle
+
+    def run_idle(self, session: Session) -> IdleOutcome:
+        """The idle work: the provider's cache has expired, so clear old results client-side
+        (Tier 1, time-based) at no cache cost, and mark this idle period done."""
+        policy = self.policy(session)
+        g = session.graph
+        path = g.branch_path()
+        rendered = self.render_session(session, RenderParams(view=ViewOptions()))
+        cands = microcompact.candidates(g, path, rendered.projection, policy)
+        records: list[dict[str, Any]] = []
+        events: list[dict[str, Any]] = []
+        if cands.clearable:
+            records.append(microcompact.clear_record(cands, "idle", None))
+        records.append({"kind": IDLE, "covers": [], "data": {"activity": g.last_activity}})
+        before = rendered.total
+        ids = session.add_records(records)
+        if cands.clearable:
+            after = self.render_session(session, RenderParams(view=ViewOptions())).total
+            events.append(
+                {
+                    "tier": "microcompact",
+                    "applied": True,
+                    "tokensBefore": before,
+                    "tokensAfter": after,
+                    "recordIds": [ids[0]],
+                    "reason": f"idle for {policy.idle_seconds / 60:.0f}+ minutes (the provider's "
+                    f"cache has expired): cleared {len(cands.clearable)} old tool results",
+                    "details": {"trigger": "idle", "cleared": len(cands.clearable), "mode": "time"},
+                }
+            )
+        return IdleOutcome(len(cands.clearable), events)
+
     # ---- usage --------------------------------------------------------------------------------
 
     def record_usage(
         self,
         session_id: str,
         model: str,
-        usage: dict[str, Any],
+        usage: dict[str, Any] | None = None,
+        *,
         estimated: int | None = None,
-        exact: bool = False,
-    ) -> float:
+        applied_edits: list[dict[str, Any]] | None = None,
+    ) -> tuple[float, int | None, int | None]:
         """Keep what the provider counted for the last rendered request; later estimates for
-        this model are scaled by the observed ratio."""
+        this model are scaled by the observed ratio. Returns (ratio, reported, estimated)."""
         session = self.session(session_id)
         if estimated is None:
             last = self._last_estimate.get(session_id)
             estimated = last[1] if last is not None else 0
-        reported = reported_prompt_tokens(usage)
-        data = {"model": model, "usage": usage, "reported": reported, "estimated": estimated}
-        if exact:
-            data["exact"] = True
+        reported = reported_prompt_tokens(usage) if usage else None
+        data: dict[str, Any] = {"model": model, "estimated": estimated}
+        if usage:
+            data["usage"] = usage
+            data["reported"] = reported
+        if applied_edits:
+            data["appliedEdits"] = applied_edits
         session.add_records([{"kind": USAGE, "covers": [], "data": data}])
-        return self.calibration(session).ratio(model)
-
-    # ---- inspection ---------------------------------------------------------------------------
-
-    def inspect(
-        self, session_id: str, node_id: str | None = None, branch: str | None = None
-    ) -> dict[str, Any]:
-        session = self.session(session_id)
-        g = session.graph
-        if node_id is not None:
-            node = g.node(node_id)
-            return {
-                "sessionId": g.session_id,
-                "node": node_view(g, node),
-                "children": [node_view(g, c) for c in children_of(g, node)],
-            }
-        path = g.branch_path(branch)
-        return {
-            "sessionId": g.session_id,
-            "branch": branch or g.current_branch,
-            "head": path.head,
-            "currentBranch": g.current_branch,
-            "branches": dict(g.branches),
-            "config": g.config,
-            "meta": g.meta,
-            "lastActivity": g.last_activity,
-            "nodes": [node_view(g, g.nodes[i], with_calls=True) for i in path.ids],
-            "records": [r.to_json() | {"seq": r.seq, "ts": r.ts} for r in g.records],
-            "load": {
-                "tornTail": session.report.torn_tail,
-                "badLines": list(session.report.bad_lines),
-            },
-        }
+        return self.calibration(session).ratio(model), reported, estimated
 
 
 def children_of(g: Graph, node: Node) -> list[Node]:

@@ -6,10 +6,11 @@ the same per segment unless undone; snips hide whole turns; time-based clears an
 replace single tool results. Cache-aware clears change nothing here: the provider applies them.
 
 Whatever the records say, a render never hides the path's protected turns (the active turn,
-the latest complete turn, every turn holding a running function). Tiers only cover turns that
-are removable on the path they cut, but a record also applies to every branch forked after its
-covered nodes, and there those turns can be the latest ones: a summary or collapse touching
-one is not applied there, and a snip skips it.
+every turn holding a running function, and — except for the rolling summary, which may take
+it when keeping it leaves the request over budget — the latest complete turn). Tiers only
+cover turns that are removable on the path they cut, but a record also applies to every
+branch forked after its covered nodes, and there those turns can be the latest ones: a record
+touching one is not applied there (a snip skips just that turn).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ EVIDENCE = "evidence"
 USAGE = "usage"
 NOTE = "note"
 REACTIVE = "reactive"
+IDLE = "idle"
 CONTEXT_KINDS = frozenset({SUMMARY, COLLAPSE, UNCOLLAPSE, SNIP, CLEAR, EVIDENCE})
 
 
@@ -63,14 +65,18 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
         records = records + [r for r in extra if graph.record_applies(r, path)]
     undone = {r.data.get("collapse") for r in records if r.kind == UNCOLLAPSE}
     guarded: frozenset[str] = frozenset()
+    latest: str | None = None
     if any(r.kind in _TURN_KINDS for r in records):
-        guarded = protected_starts(graph, path)
+        guarded, latest = protected_starts(graph, path)
     for rec in records:
         kind = rec.kind
-        if kind in _TURN_KINDS and guarded.intersection(rec.data.get("turns", [])):
+        # the rolling summary may take the latest complete turn (spec: "retain the latest
+        # turn" when keeping two is not enough); snips and collapses may not
+        guard = guarded if kind == SUMMARY or latest is None else guarded | {latest}
+        if kind in _TURN_KINDS and guard.intersection(rec.data.get("turns", [])):
             if kind != SNIP:
                 continue  # it would hide a protected turn of this path: not in force here
-            starts = [s for s in rec.data.get("turns", []) if s not in guarded]
+            starts = [s for s in rec.data.get("turns", []) if s not in guard]
             if not starts:
                 continue
         else:
@@ -103,19 +109,20 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
 _TURN_KINDS = frozenset({SUMMARY, COLLAPSE, SNIP})
 
 
-def protected_starts(graph: Graph, path: Path) -> frozenset[str]:
-    """Start ids of the turns of `path` no record may hide: the active (last) turn, the latest
-    complete turn and every turn holding a running function (what `turns.plan_cuts` protects
-    with `keep_complete=1`), found without walking every turn."""
+def protected_starts(graph: Graph, path: Path) -> tuple[frozenset[str], str | None]:
+    """Start ids of the turns of `path` no record may hide — the active (last) turn and every
+    turn holding a running function — and, apart, the latest complete turn (which only the
+    rolling summary may take), found without walking every turn."""
     bounds = path.turn_bounds()
     if not bounds:
-        return frozenset()
+        return frozenset(), None
     ids = path.line.ids
     out = {ids[bounds[-1][0]]}
+    latest: str | None = None
     for i in range(len(bounds) - 1, -1, -1):
         start, end = bounds[i]
         if is_complete(graph, path, Turn(i, start, end, ids[start], True)):
-            out.add(ids[start])
+            latest = ids[start]
             break
     if graph.running:
         starts = [b[0] for b in bounds]
@@ -123,7 +130,7 @@ def protected_starts(graph: Graph, path: Path) -> frozenset[str]:
             at = _thread_index(graph, fid, path)
             if at is not None:
                 out.add(ids[starts[bisect.bisect_right(starts, at) - 1]])
-    return frozenset(out)
+    return frozenset(out), latest
 
 
 def _thread_index(graph: Graph, node_id: str, path: Path) -> int | None:

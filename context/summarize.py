@@ -7,6 +7,8 @@ never calls a provider itself (it does no I/O); the daemon does, then hands the 
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 FAILURE_KINDS = (
@@ -34,6 +36,10 @@ class SummaryRequest:
     max_output_tokens: int
     model: str | None = None  # None: the provider's configured model
     input_tokens_estimate: int = 0
+    # the same content as structured entries, for the offline `digest` provider:
+    # {"type": "user"|"assistant"|"tool"|"summary", "text"?, "name"?, "input"?, "isError"?}
+    items: tuple[dict[str, Any], ...] = ()
+    input_hash: str = ""  # identifies the source range (reuse only for an identical one)
 
 
 @attrs.frozen

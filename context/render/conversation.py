@@ -85,11 +85,25 @@ class Conversation:
         return sum(m.tokens for m in self.messages)
 
 
-def summary_marker(text: str, turns: int) -> str:
-    return (
+def summary_marker(data: dict[str, Any], turns: int) -> str:
+    """The rolling summary as the model sees it: the provider's checkpoint, then — unless the
+    checkpoint already quotes them — every user request it replaced, verbatim, and the latest
+    assistant text before the cut (the checkpoint rules of the spec's final table)."""
+    text = data.get("text", "")
+    out = [
         f"[compactd: summary of the earlier conversation ({turns} turn{'s' if turns != 1 else ''}"
-        " replaced; the originals are kept in the session graph)]\n\n" + text
-    )
+        " replaced; the originals are kept in the session graph)]",
+        text,
+    ]
+    missing = [r for r in data.get("userRequests") or [] if r not in text]
+    if missing:
+        out.append("[the user's requests in that part, verbatim]")
+        out.extend(f"- {r}" for r in missing)
+    last = data.get("lastAssistant")
+    if last and last not in text:
+        out.append("[the assistant's last message in that part, verbatim]")
+        out.append(last)
+    return "\n\n".join(out)
 
 
 def collapse_marker(text: str, turns: int) -> str:
@@ -159,7 +173,7 @@ class _Builder:
             if start_id in proj.summary_turns:
                 if not summary_done and proj.summary is not None:
                     self.marker(
-                        summary_marker(proj.summary.data.get("text", ""), len(proj.summary_turns)),
+                        summary_marker(proj.summary.data, len(proj.summary_turns)),
                         turn_no,
                         "summary",
                     )

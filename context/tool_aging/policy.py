@@ -80,7 +80,7 @@ class Policy:
     truncate_head_chars: int = TRUNCATE_HEAD_CHARS
     truncate_tail_chars: int = TRUNCATE_TAIL_CHARS
     # cascade threshold: fraction of the effective window (window - output reserve)
-    cascade_threshold: float = 0.92
+    cascade_threshold: float = 0.85
     # Tier 1 — Microcompact
     microcompact_first_at: int = 50
     microcompact_every: int = 25
@@ -88,21 +88,38 @@ class Policy:
     idle_seconds: float = 90 * 60
     microcompact_mode: str = "time"  # "time" (client-side placeholder) | "cache" (Anthropic edits)
     microcompact_cache_clear_at_least: int = 5000
+    # count-triggered clears while the cache is warm and under threshold: "defer" | "apply"
+    microcompact_warm: str = "defer"
+    # over threshold, clear old results even when the count trigger is not due (a forced change)
+    microcompact_when_over: bool = True
     compactable_tools: tuple[str, ...] = tuple(
         sorted({name for names in COMPACTABLE_TOOLS.values() for name in names})
     )
     # Tier 2 — Snip
+    snip_enabled: bool = True
     snip_keep_first_turn: bool = True
     # Tier 3 — Context Collapse
+    collapse_enabled: bool = True
     collapse_commit: float = 0.90
     collapse_block: float = 0.95
     collapse_min_turns: int = 5
     collapse_max_turns: int = 10
     collapse_summary_tokens: int = 300
     # Tier 4 — Auto-Compact
+    summary_provider: str = ""  # "anthropic" | "client" | "digest"; "" = the daemon's default
+    summary_model: str = ""
     summary_keep_turns: int = 2
     summary_max_tokens: int = 5000
+    summary_input_max_tokens: int = 60_000  # one summarizer call; longer ranges are chunked
+    summary_max_calls: int = 8
     manual_compact_advice: float = 0.60
+    # Evidence: per-result summaries before a checkpoint (off unless the replay says it helps)
+    evidence_enabled: bool = False
+    evidence_min_tokens: int = 1500
+    evidence_summary_tokens: int = 200
+    # Background preparation of the Tier 4 summary while the session is idle
+    prepare_occupancy: float = 0.70
+    prepare_idle_seconds: float = 20.0
     # Tier 5 — Reactive
     reactive_margin: float = 0.05
 
@@ -134,6 +151,15 @@ def policy_from_config(config: dict[str, Any] | None) -> Policy:
                 f"config {key!r} has the wrong type ({type(value).__name__})", field=key
             )
         overrides[name] = type(default)(value) if isinstance(default, float) else value
+    if overrides.get("summary_provider", "") not in ("", "anthropic", "client", "digest"):
+        raise InvalidConfig(
+            "config 'summaryProvider' must be 'anthropic', 'client' or 'digest'",
+            field="summaryProvider",
+        )
+    if overrides.get("microcompact_warm", "defer") not in ("defer", "apply"):
+        raise InvalidConfig(
+            "config 'microcompactWarm' must be 'defer' or 'apply'", field="microcompactWarm"
+        )
     if overrides.get("microcompact_mode", "time") not in ("time", "cache"):
         raise InvalidConfig(
             "config 'microcompactMode' must be 'time' or 'cache'", field="microcompactMode"

@@ -1,0 +1,391 @@
+"""The cascade (DESIGN §4, spec §1 and §5): Budget Reduction, then Tiers 1 → 2 → 3 → 4, each only
+when its condition holds, re-measuring after each and advancing only while the request is over
+its threshold. Tier 5 (a provider's overflow report) re-enters it with a tighter target.
+
+The cascade is a generator so the engine stays pure: when an LLM tier needs a summary it
+yields a `SummaryNeeded`; the driver (the daemon, a test, `replay`) answers with a
+`SummaryResult` or a `SummaryFailure`. Every tier decides *draft* records and re-renders with
+them; nothing is written until the end, in one commit, so a cancelled or failed run writes
+nothing. A tier that frees nothing stops the cascade with its reason — it never loops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+import attrs
+
+from . import collapse as tier3
+from . import digest
+from . import microcompact as tier1
+from . import snip as tier2
+from . import summary as tier4
+from .errors import CannotFit, CompactdError
+from .graph import Record
+from .projection import REACTIVE
+from .reactive import Overflow, target_tokens
+from .render.request import Rendered, RequestSpec, render_request
+from .session import Session
+from .summarize import SummaryFailure, SummaryRequest, SummaryResult
+from .tool_aging.policy import Policy
+from .turns import turns_of
+from .visibility import ViewOptions
+
+
+@attrs.frozen
+class SummaryNeeded:
+    tier: str
+    request: SummaryRequest
+
+
+@attrs.define
+class Outcome:
+    rendered: Rendered
+    events: list[dict[str, Any]]
+    record_ids: list[str]
+    tokens_before: int
+
+
+class SessionChanged(CompactdError):
+    """The session changed while a summary was being generated; nothing was written."""
+
+    kind = "head_conflict"
+
+
+class Run:
+    """State of one cascade run: the draft records and the current render with them."""
+
+    def __init__(
+        self,
+        engine: Any,
+        session: Session,
+        view: ViewOptions,
+        spec: RequestSpec,
+        policy: Policy,
+        summary_provider: str | None,
+    ) -> None:
+        self.engine = engine
+        self.session = session
+        self.graph = session.graph
+        self.view = view
+        self.spec = spec
+        self.policy = policy
+        self.provider = summary_provider
+        self.start_seq = session.graph.seq
+        self.drafts: list[Record] = []
+        self.pending: list[tuple[dict[str, Any], dict[str, Any] | None]] = []  # (record, event)
+        self.events: list[dict[str, Any]] = []
+        self.context_management: dict[str, Any] | None = None
+        self.betas: list[str] | None = None
+        self.thread = view.viewer
+        self.rendered = self.render()
+        self.limit = self.rendered.budget.limit
+        self.threshold = int(policy.cascade_threshold * self.limit)
+
+    # -- rendering with drafts ------------------------------------------------------------------
+
+    def render(self) -> Rendered:
+        return render_request(
+            self.graph,
+            self.view,
+            self.spec,
+            self.policy,
+            self.engine.calibration(self.session),
+            counter=self.engine.counter,
+            extra_records=self.drafts,
+            context_management=self.context_management,
+            betas=self.betas,
+        )
+
+    @property
+    def total(self) -> int:
+        return self.rendered.total
+
+    @property
+    def path(self) -> Any:
+        return self.rendered.view.own
+
+    def propose(self, record: dict[str, Any], event: dict[str, Any]) -> None:
+        """Adopt a draft record and re-render with it; `event` gets the token delta."""
+        before = self.total
+        self.drafts.append(
+            self.graph.draft_record(
+                record["kind"], record["covers"], record.get("data", {}), record.get("thread")
+            )
+        )
+        self.rendered = self.render()
+        event.update(applied=True, tokensBefore=before, tokensAfter=self.total)
+        self.pending.append((record, event))
+        self.events.append(event)
+
+    def retract(self) -> None:
+        """Withdraw the last proposed draft (a tier replacing its own earlier proposal)."""
+        self.drafts.pop()
+        self.pending.pop()
+        self.events.pop()
+        self.rendered = self.render()
+
+    def note(self, tier: str, reason: str, **details: Any) -> None:
+        """A tier that looked and did nothing says why."""
+        self.events.append(
+            {
+                "tier": tier,
+                "applied": False,
+                "tokensBefore": self.total,
+                "tokensAfter": self.total,
+                "reason": reason,
+                "recordIds": [],
+                "details": details,
+            }
+        )
+
+    def check_unchanged(self) -> None:
+        self.session.catch_up()
+        if self.graph.seq != self.start_seq:
+            raise SessionChanged(
+                "the session changed while compacting; nothing was written — render again",
+                seq=self.graph.seq,
+            )
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def commit(self) -> list[str]:
+        if not self.pending:
+            return []
+        self.check_unchanged()
+        ids = self.session.add_records([rec for rec, _ in self.pending])
+        for rid, (_, event) in zip(ids, self.pending, strict=True):
+            event["recordIds"] = [rid]
+        self.drafts = []
+        self.rendered = self.render()
+        return ids
+
+
+Drive = Generator[SummaryNeeded, SummaryResult | SummaryFailure, Outcome]
+Answer = Callable[[SummaryNeeded], SummaryResult | SummaryFailure]
+
+
+def drive(gen: Drive, answer: Answer) -> Outcome:
+    """Run a cascade to its end, answering each summary request synchronously."""
+    try:
+        need = next(gen)
+        while True:
+            need = gen.send(answer(need))
+    except StopIteration as stop:
+        return stop.value
+
+
+def digest_answer(need: SummaryNeeded) -> SummaryResult | SummaryFailure:
+    """Answers for the offline `digest` provider (pure, so the engine may call it itself)."""
+    try:
+        return digest.summarize(need.request)
+    except SummaryFailure as failure:
+        return failure
+
+
+def run_cascade(
+    engine: Any,
+    session: Session,
+    view: ViewOptions,
+    spec: RequestSpec,
+    *,
+    summary_provider: str | None = None,
+    overflow: Overflow | None = None,
+    manual: bool = False,
+    instructions: str | None = None,
+) -> Drive:
+    """Run the cascade; returns the final render and the events of every tier."""
+    policy = engine.policy(session)
+    run = Run(engine, session, view, spec, policy, summary_provider)
+    before = run.total
+    if overflow is not None:
+        _reactive(run, overflow)
+    if manual:
+        yield from tier4.run(run, manual=True, instructions=instructions)
+    else:
+        _microcompact(run)
+        if run.total > run.threshold:
+            _snip(run)
+        if run.total > run.threshold:
+            yield from tier3.run(run)
+        if run.total > run.threshold and not tier3.holds_headroom(run):
+            yield from tier4.run(run, manual=False, instructions=None)
+    if run.total > run.limit:
+        reasons = [e["reason"] for e in run.events if not e["applied"]]
+        raise CannotFit(
+            f"the request needs {run.total:,} tokens but only {run.limit:,} fit "
+            f"(window {run.rendered.budget.window:,} − output reserve "
+            f"{run.rendered.budget.output_reserve:,}); nothing more can be removed: "
+            + ("; ".join(reasons) or "every remaining turn is protected"),
+            tokens=run.total,
+            limit=run.limit,
+            events=run.events,
+        )
+    ids = run.commit()
+    return Outcome(run.rendered, run.events, ids, before)
+
+
+# ---- Tier 5 -----------------------------------------------------------------------------
+
+
+def _reactive(run: Run, overflow: Overflow) -> None:
+    """Adopt the provider's count, then aim under its limit with a margin — once per turn."""
+    turns = turns_of(run.path)
+    active = turns[-1].start_id if turns else None
+    for rec in run.graph.records:
+        if rec.kind == REACTIVE and rec.data.get("turn") == active and rec.thread == run.thread:
+            raise CannotFit(
+                "the provider reported the prompt too long again in this turn; reactive "
+                "compaction runs once per turn — stop and start a new turn or /compact",
+                turn=active,
+                reported=overflow.prompt_tokens,
+                limit=overflow.limit_tokens,
+            )
+    model = run.spec.model or ""
+    estimate = run.rendered.estimate
+    if overflow.prompt_tokens is not None and estimate > 0:
+        run.engine.calibration(run.session).force(model, overflow.prompt_tokens, estimate)
+        run.rendered = run.render()
+    target = target_tokens(overflow, run.total, run.limit, run.policy.reactive_margin)
+    run.threshold = min(run.threshold, target)
+    run.limit = min(run.limit, target)
+    record = {
+        "kind": REACTIVE,
+        "covers": [],
+        "thread": run.thread,
+        "data": {
+            "turn": active,
+            "status": overflow.status,
+            "reported": overflow.prompt_tokens,
+            "limit": overflow.limit_tokens,
+            "estimated": estimate,
+            "model": model,
+        },
+    }
+    event = {
+        "tier": "reactive",
+        "reason": f"provider overflow ({overflow.status}): {overflow.message[:200]}",
+        "recordIds": [],
+        "details": {
+            "target": target,
+            "reported": overflow.prompt_tokens,
+            "limit": overflow.limit_tokens,
+        },
+    }
+    before = run.total
+    run.pending.append((record, event))
+    event.update(applied=True, tokensBefore=before, tokensAfter=before)
+    run.events.append(event)
+
+
+# ---- Tier 1 ---------------------------------------------------------------------------------
+
+
+def _microcompact(run: Run) -> None:
+    policy = run.policy
+    cands = tier1.candidates(run.graph, run.path, run.rendered.projection, policy)
+    if policy.microcompact_mode == "cache":
+        if run.spec.format == "anthropic" and cands.calls >= policy.microcompact_first_at:
+            run.context_management = tier1.cache_edit(
+                run.graph, run.path, policy, run.spec.tools, run.threshold
+            )
+            run.betas = [tier1.CONTEXT_MANAGEMENT_BETA]
+            run.rendered = run.render()
+            run.note(
+                "microcompact",
+                "cache-aware: the provider clears old tool results "
+                "server-side; the messages stay unchanged",
+                calls=cands.calls,
+            )
+        return
+    over = run.total > run.threshold
+    due = tier1.count_due(cands, policy)
+    if not due and not (over and policy.microcompact_when_over):
+        return
+    if not cands.clearable:
+        if due:
+            run.note(
+                "microcompact",
+                "count trigger reached but no old compactable result to clear",
+                calls=cands.calls,
+            )
+        return
+    if due and not over and policy.microcompact_warm == "defer":
+        run.note(
+            "microcompact",
+            "deferred: the cache is warm and the request is under its "
+            "threshold; clearing now would re-write the cache for little gain",
+            calls=cands.calls,
+            clearable=len(cands.clearable),
+        )
+        return
+    trigger = "count" if due else "forced"
+    why = (
+        f"{cands.calls} tool calls"
+        if due
+        else "over threshold (the window forces a change; old results go before whole turns)"
+    )
+    run.propose(
+        tier1.clear_record(cands, trigger, run.thread),
+        {
+            "tier": "microcompact",
+            "reason": f"{why}: cleared {len(cands.clearable)} old tool "
+            f"results (kept the {policy.microcompact_keep_recent} most recent)",
+            "recordIds": [],
+            "details": {
+                "trigger": trigger,
+                "cleared": len(cands.clearable),
+                "calls": cands.calls,
+                "mode": "time",
+            },
+        },
+    )
+
+
+# ---- Tier 2 ---------------------------------------------------------------------------------
+
+
+def _snip(run: Run, target: int | None = None, reason: str = "over threshold") -> None:
+    goal = run.threshold if target is None else target
+    if not run.policy.snip_enabled:
+        run.note("snip", "snip is disabled for this session")
+        return
+    start = run.total
+    chosen_all: list[Any] = []
+    for _ in range(64):  # every pass removes at least one turn; bounded all the same
+        if run.total <= goal:
+            break
+        removable = tier2.removable_turns(run.graph, run.path, run.rendered.projection, run.policy)
+        costs = tier2.turn_tokens(run.rendered.conversation)
+        chosen = tier2.choose(removable, costs, run.total - goal)
+        if not chosen:
+            break
+        if chosen_all:
+            run.retract()  # one snip record per run, covering every chosen turn
+        chosen_all.extend(chosen)
+        run.propose(
+            tier2.snip_record(run.graph, run.path, chosen_all, reason, run.thread),
+            {
+                "tier": "snip",
+                "reason": f"{reason}: removed the {len(chosen_all)} oldest removable turn(s)",
+                "recordIds": [],
+                "details": {
+                    "removedTurns": len(chosen_all),
+                    "turns": [t.start_id for t in chosen_all],
+                },
+            },
+        )
+    if chosen_all:
+        run.events[-1]["tokensBefore"] = start
+    else:
+        run.note(
+            "snip",
+            "no removable turn: what is left is the active turn, the latest "
+            "complete turn, the first user turn or a running function",
+        )
+
+
+def snip_now(run: Run, target: int) -> None:
+    """`context/snip` on demand: Tier 2 alone, down to `target` tokens."""
+    _snip(run, target, reason=f"snip requested to {target:,} tokens")

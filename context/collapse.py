@@ -1,0 +1,127 @@
+"""Tier 3 — Context Collapse: segments of 5–10 old turns, each summarized once (~100–300
+tokens), projected over the originals at read time. Reversible: `context/uncollapse` writes an
+`uncollapse` record and the originals show again.
+
+It commits when the request is over `collapse_commit` (~90 %) of the budget; while it holds
+the headroom, auto-compact waits, and runs only when collapse cannot bring the request under
+`collapse_block` (~95 %). Collapse works on the turns Snip may remove (same protections); with
+the spec's order (Snip first) it has material when Snip is disabled for a session or could not
+reach its target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING
+
+from .projection import COLLAPSE
+from .snip import removable_turns
+from .summarize import SummaryFailure, SummaryResult
+from .summary import Range, SummaryFailed, build_input, generate
+from .turns import Turn, turn_node_ids
+
+if TYPE_CHECKING:
+    from .cascade import Run, SummaryNeeded
+
+TIER = "collapse"
+COLLAPSE_PROMPT = """\
+Summarize this segment of a coding-agent session in at most {tokens} tokens of plain text: \
+what the user asked, what was done (files, commands, results), what was decided, and any \
+error and its resolution. Keep names, paths and numbers exact. Do not call tools."""
+
+
+def segments(turns: list[Turn], min_turns: int, max_turns: int) -> list[list[Turn]]:
+    """Runs of consecutive turns cut into segments of `min_turns`..`max_turns`, oldest first."""
+    runs: list[list[Turn]] = []
+    for turn in turns:
+        if runs and runs[-1][-1].index + 1 == turn.index:
+            runs[-1].append(turn)
+        else:
+            runs.append([turn])
+    out: list[list[Turn]] = []
+    for seq in runs:
+        for i in range(0, len(seq), max_turns):
+            piece = seq[i : i + max_turns]
+            if len(piece) >= min_turns:
+                out.append(piece)
+    return out
+
+
+def available(run: Run) -> bool:
+    return bool(run.policy.collapse_enabled and run.provider is not None)
+
+
+def run(run: Run) -> Generator[SummaryNeeded, SummaryResult | SummaryFailure, None]:
+    policy = run.policy
+    commit_at = int(policy.collapse_commit * run.limit)
+    if run.total <= commit_at or not policy.collapse_enabled:
+        return
+    if run.provider is None:
+        run.note(TIER, "no summary provider is configured; context collapse was skipped")
+        return
+    proj = run.rendered.projection
+    pool = removable_turns(run.graph, run.path, proj, policy)
+    candidates = segments(pool, policy.collapse_min_turns, policy.collapse_max_turns)
+    if not candidates:
+        run.note(TIER, f"no run of {policy.collapse_min_turns}+ old turns to collapse")
+        return
+    for seg in candidates:
+        if run.total <= commit_at:
+            break
+        covers = [i for t in seg for i in turn_node_ids(run.graph, run.path, t)]
+        rng = Range(seg, seg, covers)
+        inp = build_input(
+            run.graph,
+            run.path,
+            run.rendered.projection,
+            run.rendered.conversation,
+            rng,
+            run.engine.counter,
+        )
+        try:
+            text, usage = yield from generate(
+                run,
+                inp,
+                purpose=TIER,
+                system=COLLAPSE_PROMPT.format(tokens=policy.collapse_summary_tokens),
+                max_output=policy.collapse_summary_tokens,
+                model=policy.summary_model or None,
+            )
+        except SummaryFailed as failed:
+            run.note(TIER, f"{failed.reason}; nothing was written", failed=True)
+            return
+        before = run.total
+        run.propose(
+            {
+                "kind": COLLAPSE,
+                "covers": covers,
+                "thread": run.thread,
+                "data": {
+                    "text": text,
+                    "turns": [t.start_id for t in seg],
+                    "usage": usage,
+                    "provider": run.provider,
+                },
+            },
+            {
+                "tier": TIER,
+                "reason": f"over {int(policy.collapse_commit * 100)}% of the budget: "
+                f"collapsed {len(seg)} turns into a segment summary",
+                "recordIds": [],
+                "details": {"turns": len(seg), "calls": usage.get("calls", 0)},
+            },
+        )
+        if run.total >= before:
+            run.retract()
+            run.note(TIER, "no gain from a segment summary; nothing was written")
+            return
+
+
+def holds_headroom(run: Run) -> bool:
+    """Auto-compact waits while collapse keeps the request under its blocking limit."""
+    if not available(run):
+        return False
+    collapsed = any(e["tier"] == TIER and e["applied"] for e in run.events) or bool(
+        run.rendered.projection.collapsed
+    )
+    return collapsed and run.total <= int(run.policy.collapse_block * run.limit)

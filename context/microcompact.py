@@ -1,0 +1,139 @@
+"""Tier 1 — Microcompact: clear old results of compactable tools, keeping the most recent few.
+
+Two paths (spec §4, DESIGN §4):
+- time-based: the result is replaced by a fixed placeholder, recorded per tool id (a `clear`
+  record), so every later render is byte-identical. Used by any provider, and always when the
+  session was idle (the provider's cache has expired anyway).
+- cache-aware (Anthropic, `microcompactMode: "cache"`): the rendered messages stay unchanged
+  and the request carries a `clear_tool_uses_20250919` context edit; the provider clears
+  server-side and reports `applied_edits`, which `context/reportUsage` records.
+
+Triggers: the count trigger (first pass at 50 tool calls, then every 25 more) and the idle
+trigger. A count-triggered clear while the cache is warm and the request is under its
+threshold is deferred (DESIGN §4 "cache-aware scheduling"): it would re-write the cache for
+little gain; it is applied with the next change the window forces, or when the cache is cold.
+
+Clearing reaches into the latest turns too (never the `keep_recent` newest results): a single
+agentic turn can hold hundreds of results, and without this nothing could make it fit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from .graph import Graph, Path
+from .projection import CLEAR, Projection
+from .tool_aging.policy import Policy, is_compactable
+
+CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
+CLEAR_EDIT = "clear_tool_uses_20250919"
+
+
+@attrs.frozen
+class Candidates:
+    calls: int  # tool calls on the thread
+    clearable: list[str]  # tool node ids, oldest first
+    last_pass_at: int | None  # tool-call count at the last count-triggered pass
+
+
+def tool_calls(graph: Graph, path: Path) -> list[str]:
+    """Every tool node on the thread, in call order."""
+    out: list[str] = []
+    nodes = graph.nodes
+    for node_id in path.ids:
+        for call_id in nodes[node_id].calls:
+            if nodes[call_id].kind == "tool":
+                out.append(call_id)
+    return out
+
+
+def candidates(graph: Graph, path: Path, proj: Projection, policy: Policy) -> Candidates:
+    calls = tool_calls(graph, path)
+    hidden = _hidden_nodes(graph, path, proj)
+    compactable = [
+        c
+        for c in calls
+        if graph.nodes[c].answered
+        and graph.nodes[c].function is None
+        and is_compactable(policy, graph.nodes[c].name)
+        and c not in hidden
+    ]
+    keep = (
+        set(compactable[-policy.microcompact_keep_recent :])
+        if policy.microcompact_keep_recent
+        else set()
+    )
+    clearable = [
+        c for c in compactable if c not in keep and c not in proj.cleared and c not in proj.evidence
+    ]
+    last = None
+    for rec in proj.applied:
+        if rec.kind == CLEAR and rec.data.get("trigger") == "count":
+            at = rec.data.get("atCalls")
+            if isinstance(at, int) and (last is None or at > last):
+                last = at
+    return Candidates(len(calls), clearable, last)
+
+
+def _hidden_nodes(graph: Graph, path: Path, proj: Projection) -> set[str]:
+    """Tool nodes already out of the context (summarized, collapsed or snipped turns)."""
+    hidden_starts = set(proj.summary_turns) | set(proj.snipped) | set(proj.collapsed)
+    if not hidden_starts:
+        return set()
+    out: set[str] = set()
+    ids = path.line.ids
+    for start, end in path.turn_bounds():
+        if ids[start] in hidden_starts:
+            for node_id in ids[start:end]:
+                out.update(graph.nodes[node_id].calls)
+    return out
+
+
+def count_due(c: Candidates, policy: Policy) -> bool:
+    """The count trigger: first at `microcompact_first_at` calls, then every `…_every` more."""
+    if c.calls < policy.microcompact_first_at:
+        return False
+    if c.last_pass_at is None:
+        return True
+    return c.calls >= c.last_pass_at + policy.microcompact_every
+
+
+def clear_record(
+    c: Candidates, trigger: str, thread: str | None, ids: list[str] | None = None
+) -> dict[str, Any]:
+    """The `clear` record of one pass (time-based placeholders, per tool id)."""
+    covers = list(ids if ids is not None else c.clearable)
+    return {
+        "kind": CLEAR,
+        "covers": covers,
+        "data": {"mode": "time", "trigger": trigger, "atCalls": c.calls},
+        "thread": thread,
+    }
+
+
+def cache_edit(
+    graph: Graph,
+    path: Path,
+    policy: Policy,
+    request_tools: list[dict[str, Any]] | None,
+    trigger_tokens: int,
+) -> dict[str, Any]:
+    """The `context_management` body for the cache-aware path; `exclude_tools` lists every
+    tool in use that is not compactable, so the provider only clears what we would."""
+    names = {t.get("name") for t in request_tools or [] if isinstance(t, dict)}
+    names.update(graph.nodes[c].name for c in tool_calls(graph, path))
+    exclude = sorted(n for n in names if n and not is_compactable(policy, n))
+    edit: dict[str, Any] = {
+        "type": CLEAR_EDIT,
+        "trigger": {"type": "input_tokens", "value": max(1, trigger_tokens)},
+        "keep": {"type": "tool_uses", "value": policy.microcompact_keep_recent},
+        "clear_at_least": {
+            "type": "input_tokens",
+            "value": policy.microcompact_cache_clear_at_least,
+        },
+    }
+    if exclude:
+        edit["exclude_tools"] = exclude
+    return {"edits": [edit]}
