@@ -30,11 +30,12 @@ UNCOLLAPSE = "uncollapse"
 SNIP = "snip"
 CLEAR = "clear"
 EVIDENCE = "evidence"
+ABANDON = "abandon"  # calls an imported transcript left without a result when it ended
 USAGE = "usage"
 NOTE = "note"
 REACTIVE = "reactive"
 IDLE = "idle"
-CONTEXT_KINDS = frozenset({SUMMARY, COLLAPSE, UNCOLLAPSE, SNIP, CLEAR, EVIDENCE})
+CONTEXT_KINDS = frozenset({SUMMARY, COLLAPSE, UNCOLLAPSE, SNIP, CLEAR, EVIDENCE, ABANDON})
 
 
 @attrs.define
@@ -46,6 +47,7 @@ class Projection:
     cleared: dict[str, Record] = attrs.field(factory=dict)  # tool node id -> time-based clear
     cache_cleared: dict[str, Record] = attrs.field(factory=dict)  # tool id -> provider clear
     evidence: dict[str, Record] = attrs.field(factory=dict)  # tool node id -> evidence
+    abandoned: frozenset[str] = frozenset()  # tool node ids that will never get a result
     applied: list[Record] = attrs.field(factory=list)
 
     def key(self) -> tuple[Any, ...]:
@@ -97,6 +99,8 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
             target = proj.cache_cleared if rec.data.get("mode") == "cache" else proj.cleared
             for node_id in rec.covers:
                 target.setdefault(node_id, rec)
+        elif kind == ABANDON:
+            proj.abandoned = proj.abandoned | frozenset(rec.covers)
         elif kind == EVIDENCE:
             for node_id in rec.covers:
                 proj.evidence[node_id] = rec

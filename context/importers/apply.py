@@ -14,7 +14,7 @@ import attrs
 
 from ..decompose import from_anthropic
 from ..errors import InvalidGraph
-from ..projection import NOTE
+from ..projection import ABANDON, NOTE
 from ..session import Library, Session
 from .plan import FunctionEnd, FunctionStart, ImportedSession, Messages, ModelCall, Note, Op
 
@@ -57,11 +57,13 @@ class OpApplier:
         s = self.session
         if isinstance(op, Messages):
             if op.messages:
-                s.append(from_anthropic(op.messages), function=self.thread(op.thread),
-                         allow_orphans=True)
+                s.append(
+                    from_anthropic(op.messages), function=self.thread(op.thread), allow_orphans=True
+                )
         elif isinstance(op, FunctionStart):
-            fid = s.function_start(op.name, op.input, tool_use_id=op.tool_use_id,
-                                   function=self.thread(op.thread))
+            fid = s.function_start(
+                op.name, op.input, tool_use_id=op.tool_use_id, function=self.thread(op.thread)
+            )
             self.functions[op.key] = fid
         elif isinstance(op, FunctionEnd):
             s.function_complete(self.thread(op.key) or "", op.output, op.status)
@@ -71,8 +73,9 @@ class OpApplier:
             return  # a step boundary, not data
 
 
-def import_session(library: Library, imported: ImportedSession,
-                   session_id: str | None = None) -> Session:
+def import_session(
+    library: Library, imported: ImportedSession, session_id: str | None = None
+) -> Session:
     """Create a session holding the whole transcript, written with a single fsync."""
     session = library.create(session_id, meta=session_meta(imported))
     applier = OpApplier(session)
@@ -82,9 +85,37 @@ def import_session(library: Library, imported: ImportedSession,
         with session.buffered():
             for op in imported.ops:
                 applier.apply(op)
+            abandon_open_calls(session)
     finally:
         session.clock = real_clock
     return session
+
+
+def abandon_open_calls(session: Session) -> None:
+    """The transcript ended while calls at a thread's head were still open: they will never
+    get a result, so record that (they render as `[no result recorded]`, never as pending)."""
+    g = session.graph
+    heads = [(g.branches[b], None) for b in g.branches] + list(
+        (head, fid) for fid, head in g.function_heads.items()
+    )
+    for head, owner in heads:
+        node = g.nodes.get(head) if head else None
+        if node is None or node.kind != "assistant":
+            continue
+        open_calls = [
+            c.id for c in g.pending_calls(node) if c.kind == "tool" and c.function is None
+        ]
+        if open_calls:
+            session.add_records(
+                [
+                    {
+                        "kind": ABANDON,
+                        "covers": open_calls,
+                        "thread": owner,
+                        "data": {"reason": "the transcript ended before a result"},
+                    }
+                ]
+            )
 
 
 @attrs.frozen

@@ -281,7 +281,7 @@ class _Builder:
                 variant = ("fn", fn.status, mode, fn.result_seq, self.trunc)
                 content, is_error, cat = None, fn.is_error, TOOL_RESULTS
             elif not call.answered:
-                if at_head:
+                if at_head and call.id not in proj.abandoned:
                     pending.append(call.tool_use_id)
                     continue
                 variant = ("none",)
