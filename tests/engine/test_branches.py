@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from compactd.context.engine import Engine
 from compactd.context.errors import PendingToolResults
 from compactd.context.turns import plan_cuts, turn_node_ids, turns_of
 
-from tests.engine.helpers import FORMATS, assistant, call, render, result, results, texts, user
+from tests.engine.helpers import (
+    FORMATS,
+    assistant,
+    call,
+    new_session,
+    params,
+    render,
+    result,
+    results,
+    texts,
+    user,
+)
 
 
 def _turns(engine: Engine, sid: str, n: int, tag: str, branch: str | None = None) -> None:
@@ -37,7 +46,7 @@ def _snip(engine: Engine, sid: str, start_ids: list[str], branch: str | None = N
 
 
 def test_fork_checkout_and_isolation(engine: Engine) -> None:
-    sid = engine.open("br").id
+    sid = new_session(engine, "br")
     _turns(engine, sid, 3, "m")
     s = engine.session(sid)
     g = s.graph
@@ -61,19 +70,13 @@ def test_fork_checkout_and_isolation(engine: Engine) -> None:
     for fmt in FORMATS:
         for branch in ("main", "alt"):
             assert (
-                again.render(sid, _p(fmt, branch)).request
-                == engine.render(sid, _p(fmt, branch)).request
+                again.render(sid, params(fmt, branch=branch)).request
+                == engine.render(sid, params(fmt, branch=branch)).request
             )
 
 
-def _p(fmt: str, branch: str) -> Any:
-    from tests.engine.helpers import params
-
-    return params(fmt, branch=branch)
-
-
 def test_branch_from_the_head_and_from_an_empty_thread(engine: Engine) -> None:
-    sid = engine.open("br2").id
+    sid = new_session(engine, "br2")
     s = engine.session(sid)
     assert s.create_branch("empty") is None
     engine.append(sid, branch="empty", messages=[user("first on empty")])
@@ -89,7 +92,7 @@ def test_branch_from_the_head_and_from_an_empty_thread(engine: Engine) -> None:
 
 
 def test_fork_with_pending_calls_still_needs_the_results(engine: Engine) -> None:
-    sid = engine.open("br3").id
+    sid = new_session(engine, "br3")
     engine.append(sid, messages=[user("u"), assistant(call("p"))])
     s = engine.session(sid)
     s.create_branch("alt")
@@ -101,7 +104,7 @@ def test_fork_with_pending_calls_still_needs_the_results(engine: Engine) -> None
 
 
 def test_a_record_applies_only_where_its_nodes_are(engine: Engine) -> None:
-    sid = engine.open("rec").id
+    sid = new_session(engine, "rec")
     _turns(engine, sid, 2, "s")  # shared prefix
     s = engine.session(sid)
     s.create_branch("alt")
@@ -130,7 +133,7 @@ def test_a_record_applies_only_where_its_nodes_are(engine: Engine) -> None:
 def test_records_never_hide_the_protected_turns_of_another_branch(engine: Engine) -> None:
     """Main snipped turns that were old there; a branch forked at the end of one of them has
     it as its latest complete turn, which no record may hide (DESIGN §3 invariants)."""
-    sid = engine.open("prot").id
+    sid = new_session(engine, "prot")
     _turns(engine, sid, 5, "m")
     s = engine.session(sid)
     g = s.graph

@@ -24,6 +24,7 @@ from compactd.context.turns import turns_of
 from tests.engine.helpers import (
     assistant,
     call,
+    new_session,
     render,
     result,
     results,
@@ -94,7 +95,7 @@ def test_raw_nodes() -> None:
 
 
 def test_result_text_is_meta_and_does_not_start_a_turn(engine: Engine) -> None:
-    sid = engine.open("meta").id
+    sid = new_session(engine, "meta")
     engine.append(
         sid,
         messages=[
@@ -116,7 +117,7 @@ def test_result_text_is_meta_and_does_not_start_a_turn(engine: Engine) -> None:
 
 
 def test_render_reproduces_what_was_appended(engine: Engine) -> None:
-    sid = engine.open("echo").id
+    sid = new_session(engine, "echo")
     sent = [
         user("please fix it"),
         assistant(
@@ -137,7 +138,7 @@ def test_render_reproduces_what_was_appended(engine: Engine) -> None:
 
 
 def test_consecutive_same_role_messages_merge(engine: Engine) -> None:
-    sid = engine.open("merge").id
+    sid = new_session(engine, "merge")
     engine.append(
         sid,
         messages=[
@@ -162,7 +163,7 @@ def test_consecutive_same_role_messages_merge(engine: Engine) -> None:
 def test_thinking_blocks_byte_exact_and_in_order(engine: Engine) -> None:
     """Thinking and redacted thinking come out with the same bytes (key order, unicode,
     signatures) in the same order, in every turn, whatever breakpoints land nearby."""
-    sid = engine.open("think").id
+    sid = new_session(engine, "think")
     blocks: list[dict[str, Any]] = []
     for k in range(4):
         th = {"signature": f"Eq{k}==", "thinking": f"step {k}: ünïcode ✓ \n\t quotes \" '"}
@@ -233,7 +234,7 @@ OPENAI_HISTORY: list[dict[str, Any]] = [
 
 
 def test_openai_round_trip(engine: Engine) -> None:
-    sid = engine.open("oa").id
+    sid = new_session(engine, "oa")
     engine.append(sid, messages=copy.deepcopy(OPENAI_HISTORY), format="openai")
     req = render(engine, sid, "openai", system="be brief").request
     assert req["messages"][0] == {"role": "system", "content": "be brief"}
@@ -266,7 +267,7 @@ def test_openai_round_trip(engine: Engine) -> None:
 
 def test_openai_messages_render_in_anthropic_and_back(engine: Engine) -> None:
     """Appending in one format and rendering in the other keeps every call and result."""
-    sid = engine.open("mixed").id
+    sid = new_session(engine, "mixed")
     engine.append(sid, messages=[user("x"), assistant(call("m1", "f", a=1))])
     engine.append(
         sid, messages=[{"role": "tool", "tool_call_id": "m1", "content": "r"}], format="openai"

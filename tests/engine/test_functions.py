@@ -16,6 +16,7 @@ from tests.engine.helpers import (
     FORMATS,
     assistant,
     call,
+    new_session,
     params,
     render,
     result,
@@ -31,7 +32,7 @@ INTERNAL = "internal: reading the repo"
 
 def _session(engine: Engine, sid: str, expose: str = "io") -> tuple[str, str]:
     """A top-level call `task` run as a function whose thread did some work."""
-    engine.open(sid)
+    new_session(engine, sid)
     engine.append(sid, messages=[user("top task"), assistant("delegating", call("task", "Task"))])
     s = engine.session(sid)
     fid = s.function_start("Task", {"prompt": "look"}, tool_use_id="task", expose=expose)
@@ -89,8 +90,9 @@ def test_completed_function_shows_io_only(engine: Engine, fmt: str) -> None:
         assert tool_messages(req)["task"] == "the answer is 42"
     assert INTERNAL not in str(req)
     # internals stay inspectable in the graph
-    node = engine.inspect(sid, fid)
-    assert INTERNAL in str(node["children"])
+    g = engine.session(sid).graph
+    inside = [g.nodes[i].content for i in g.function_path(fid).ids]
+    assert INTERNAL in str(inside)
     # and the thread can move on
     engine.append(sid, messages=[assistant("thanks"), user("next")])
     render(engine, sid, fmt)
@@ -150,7 +152,7 @@ def test_subcalls_do_not_expose_a_running_function(engine: Engine) -> None:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_function_not_called_as_a_tool(engine: Engine, fmt: str) -> None:
-    sid = engine.open("bare").id
+    sid = new_session(engine, "bare")
     engine.append(sid, messages=[user("go"), assistant("thinking about it")])
     s = engine.session(sid)
     fid = s.function_start("research", "plain input")

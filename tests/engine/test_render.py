@@ -15,6 +15,7 @@ from tests.engine.helpers import (
     assistant,
     call,
     log_bytes,
+    new_session,
     render,
     result,
     results,
@@ -45,7 +46,7 @@ def test_middle_truncate_exact_shape() -> None:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_big_result_is_truncated_ids_and_error_kept(engine: Engine, fmt: str) -> None:
-    sid = engine.open("big").id
+    sid = new_session(engine, "big")
     big, big_err = _pattern(5000, "a"), _pattern(5000, "e")
     long_user, long_assistant = _pattern(10_000, "u"), _pattern(10_000, "s")
     engine.append(
@@ -83,7 +84,7 @@ def test_big_result_is_truncated_ids_and_error_kept(engine: Engine, fmt: str) ->
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_block_list_result_truncates_each_text_part(engine: Engine, fmt: str) -> None:
-    sid = engine.open("blocks").id
+    sid = new_session(engine, "blocks")
     big = _pattern(6000, "b")
     img = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA"}}
     content = [{"type": "text", "text": big}, img, {"type": "text", "text": "short tail"}]
@@ -105,9 +106,11 @@ def test_block_list_result_truncates_each_text_part(engine: Engine, fmt: str) ->
 
 
 def test_budget_reduction_is_configurable_per_session(engine: Engine) -> None:
-    sid = engine.open(
-        "cfg", config={"maxToolResultChars": 100, "truncateHeadChars": 10, "truncateTailChars": 5}
-    ).id
+    sid = new_session(
+        engine,
+        "cfg",
+        config={"maxToolResultChars": 100, "truncateHeadChars": 10, "truncateTailChars": 5},
+    )
     text = _pattern(500)
     engine.append(sid, messages=[user("x"), assistant(call("k")), results(result("k", text))])
     got = tool_results(render(engine, sid).request)["k"]["content"]
@@ -118,7 +121,7 @@ def test_budget_reduction_is_configurable_per_session(engine: Engine) -> None:
 
 
 def test_render_with_pending_calls_names_them(engine: Engine) -> None:
-    sid = engine.open("pend").id
+    sid = new_session(engine, "pend")
     engine.append(sid, messages=[user("x"), assistant(call("p1"), call("p2"), call("p3"))])
     engine.session(sid).tool_result("p2", "done")
     for fmt in FORMATS:
@@ -133,7 +136,7 @@ def test_render_with_pending_calls_names_them(engine: Engine) -> None:
 
 
 def test_thread_cannot_move_on_while_calls_are_pending(engine: Engine) -> None:
-    sid = engine.open("stuck").id
+    sid = new_session(engine, "stuck")
     engine.append(sid, messages=[user("x"), assistant(call("p1"), call("p2"))])
     before = log_bytes(engine, sid)
     for msgs in ([user("next")], [assistant("more")], [results(result("p1")), user("next")]):
@@ -156,7 +159,7 @@ def test_thread_cannot_move_on_while_calls_are_pending(engine: Engine) -> None:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_orphans_allowed_for_imports_render_no_result(engine: Engine, fmt: str) -> None:
-    sid = engine.open("orph").id
+    sid = new_session(engine, "orph")
     engine.append(sid, messages=[user("x"), assistant(call("o1"), call("o2"))])
     engine.session(sid).tool_result("o2", "got it")
     engine.append(sid, messages=[user("moving on")], allow_orphans=True)
@@ -177,7 +180,7 @@ def test_orphans_allowed_for_imports_render_no_result(engine: Engine, fmt: str) 
 
 
 def test_pending_inside_a_function_thread(engine: Engine) -> None:
-    sid = engine.open("fpend").id
+    sid = new_session(engine, "fpend")
     engine.append(sid, messages=[user("x"), assistant(call("task", "Task"))])
     s = engine.session(sid)
     fid = s.function_start("Task", {"prompt": "p"}, tool_use_id="task")
@@ -201,7 +204,7 @@ def _marked(req: dict[str, Any]) -> list[int]:
 
 
 def test_breakpoint_positions(engine: Engine) -> None:
-    sid = engine.open("bp").id
+    sid = new_session(engine, "bp")
     for k in range(5):
         engine.append(sid, messages=[user(f"u{k}"), assistant(f"a{k}")])
     n = 10
@@ -221,7 +224,7 @@ def test_breakpoint_positions(engine: Engine) -> None:
 
 
 def test_breakpoint_on_the_summary_marker(engine: Engine) -> None:
-    sid = engine.open("bps").id
+    sid = new_session(engine, "bps")
     for k in range(6):
         engine.append(sid, messages=[user(f"u{k}"), assistant(f"a{k}")])
     s = engine.session(sid)
@@ -245,7 +248,7 @@ def test_breakpoint_on_the_summary_marker(engine: Engine) -> None:
 
 
 def test_breakpoints_skip_thinking_blocks(engine: Engine) -> None:
-    sid = engine.open("bpt").id
+    sid = new_session(engine, "bpt")
     think = {"type": "thinking", "thinking": "t", "signature": "s"}
     engine.append(sid, messages=[user("u"), assistant("text first", think)])
     req = render(engine, sid).request

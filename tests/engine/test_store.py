@@ -16,7 +16,7 @@ from compactd.context.errors import InvalidSessionId, StoreFailure, UnknownSessi
 from compactd.context.session import Library
 from compactd.context.store import Store, default_data_dir
 
-from tests.engine.helpers import assistant, log_bytes, user
+from tests.engine.helpers import assistant, log_bytes, new_session, user
 
 
 def _events(lib: Library, sid: str) -> list[dict[str, Any]]:
@@ -30,7 +30,7 @@ def test_append_is_fsynced_before_it_returns(
 ) -> None:
     """The last write of an append is followed by an fsync of the log before append returns,
     and a fresh reader (a new store object) sees the data."""
-    sid = engine.open("s1").id
+    sid = new_session(engine, "s1")
     trace: list[tuple[str, str]] = []
     real_write, real_fsync = os.write, os.fsync
 
@@ -71,7 +71,7 @@ def test_create_fsyncs_the_new_log(engine: Engine, monkeypatch: pytest.MonkeyPat
         synced.append(os.readlink(f"/proc/self/fd/{fd}"))
 
     monkeypatch.setattr(os, "fsync", fsync)
-    sid = engine.open("fresh").id
+    sid = new_session(engine, "fresh")
     monkeypatch.undo()
     assert str(engine.store.log_path(sid)) in synced
     assert str(engine.store.sessions_dir) in synced  # the new directory entry is durable too
@@ -85,7 +85,7 @@ def test_create_fsyncs_the_new_log(engine: Engine, monkeypatch: pytest.MonkeyPat
     ],
 )
 def test_torn_tail_is_reported_ignored_and_sealed(engine: Engine, torn: bytes) -> None:
-    sid = engine.open("torn").id
+    sid = new_session(engine, "torn")
     first = engine.append(sid, messages=[user("before the crash")])
     path = engine.store.log_path(sid)
     torn_line = path.read_bytes().count(b"\n") + 1
@@ -121,7 +121,7 @@ def test_torn_tail_that_is_a_whole_event_without_its_newline(engine: Engine) -> 
     """A crash between the last byte of an event and its newline leaves valid JSON with no
     newline. It was never acknowledged, so it must not come back once a later append seals
     it: the acknowledged event with the same seq wins."""
-    sid = engine.open("almost").id
+    sid = new_session(engine, "almost")
     first = engine.append(sid, messages=[user("one")])
     path = engine.store.log_path(sid)
     ghost = {
@@ -146,7 +146,7 @@ def test_torn_tail_that_is_a_whole_event_without_its_newline(engine: Engine) -> 
 
 
 def test_bad_line_in_the_middle_is_skipped(engine: Engine) -> None:
-    sid = engine.open("mid").id
+    sid = new_session(engine, "mid")
     engine.append(sid, messages=[user("a")])
     path = engine.store.log_path(sid)
     with open(path, "ab") as fh:
@@ -167,7 +167,7 @@ def test_a_log_without_a_header_is_not_a_session(store: Store) -> None:
 
 
 def test_files_0600_folders_0700_and_the_lock_file(engine: Engine, data_dir: Path) -> None:
-    sid = engine.open("modes").id
+    sid = new_session(engine, "modes")
     engine.append(sid, messages=[user("x")])
     log = engine.store.log_path(sid)
     lock = engine.store.lock_path(sid)
@@ -182,7 +182,7 @@ def test_folders_0700_even_under_a_permissive_umask(tmp_path: Path) -> None:
     old = os.umask(0)
     try:
         eng = Engine(Store(tmp_path / "deep" / "data"))
-        eng.append(eng.open("u").id, messages=[user("x")])
+        eng.append(new_session(eng, "u"), messages=[user("x")])
     finally:
         os.umask(old)
     for d in (tmp_path / "deep" / "data", tmp_path / "deep" / "data" / "sessions"):
@@ -194,7 +194,7 @@ def test_folders_0700_even_under_a_permissive_umask(tmp_path: Path) -> None:
 def test_the_lock_excludes_other_writers(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """While one writer holds the session lock, another gets `StoreFailure`, and nothing is
     written."""
-    sid = engine.open("locked").id
+    sid = new_session(engine, "locked")
     monkeypatch.setattr(store_mod, "LOCK_TIMEOUT_SECONDS", 0.2)
     before = log_bytes(engine, sid)
     held, release = threading.Event(), threading.Event()
@@ -222,7 +222,7 @@ def test_the_lock_excludes_other_writers(engine: Engine, monkeypatch: pytest.Mon
 def test_two_writers_see_each_other(store: Store) -> None:
     """A writer reads what the other appended before it writes (no lost update)."""
     a, b = Engine(store), Engine(Store(store.root))
-    sid = a.open("shared").id
+    sid = new_session(a, "shared")
     a.append(sid, messages=[user("from a")])
     res_b = b.append(sid, messages=[assistant("from b")])
     res_a = a.append(sid, messages=[user("a again")])
@@ -237,7 +237,7 @@ def test_two_writers_see_each_other(store: Store) -> None:
 def test_bad_session_ids_are_rejected_and_create_nothing(tmp_path: Path, bad: Any) -> None:
     root = tmp_path / "inner" / "data"
     eng = Engine(Store(root))
-    eng.open("ok")  # the data dir exists
+    new_session(eng, "ok")  # the data dir exists
     before = sorted(str(p) for p in tmp_path.rglob("*"))
     for attempt in (
         lambda: eng.open(bad),
@@ -259,14 +259,14 @@ def test_compactd_data_dir_is_respected(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("COMPACTD_DATA_DIR", str(target))
     assert default_data_dir() == target
     eng = Engine(Store())
-    sid = eng.open("envy").id
+    sid = new_session(eng, "envy")
     assert (target / "sessions" / f"{sid}.jsonl").is_file()
     assert Engine(Store()).list() == ["envy"]
 
 
 def test_list_sessions_ignores_other_files(engine: Engine) -> None:
-    engine.open("b")
-    engine.open("a")
+    new_session(engine, "b")
+    new_session(engine, "a")
     (engine.store.sessions_dir / "notes.txt").write_text("x")
     assert engine.list() == ["a", "b"]
     with pytest.raises(StoreFailure):

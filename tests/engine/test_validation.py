@@ -23,7 +23,16 @@ from compactd.context.errors import (
 from compactd.context.session import Library
 from compactd.context.store import Store
 
-from tests.engine.helpers import assistant, call, log_bytes, render, result, results, user
+from tests.engine.helpers import (
+    assistant,
+    call,
+    log_bytes,
+    new_session,
+    render,
+    result,
+    results,
+    user,
+)
 
 SID = "v"
 
@@ -31,7 +40,7 @@ SID = "v"
 @pytest.fixture
 def base(engine: Engine) -> Engine:
     """user → assistant(t1) → result → assistant; plus a running function f off a call."""
-    engine.open(SID)
+    new_session(engine, SID)
     engine.append(
         SID,
         messages=[
