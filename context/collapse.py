@@ -57,8 +57,7 @@ def run(run: Run) -> Generator[SummaryNeeded, SummaryResult | SummaryFailure, No
     if run.total <= commit_at or not policy.collapse_enabled:
         return
     if run.provider is None:
-        run.note(TIER, "no summary provider is configured; context collapse was skipped")
-        return
+        return  # Tier 4 says that no provider is configured
     proj = run.rendered.projection
     pool = removable_turns(run.graph, run.path, proj, policy)
     candidates = segments(pool, policy.collapse_min_turns, policy.collapse_max_turns)

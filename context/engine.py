@@ -14,13 +14,14 @@ from typing import Any
 import attrs
 
 from . import microcompact
+from . import summary as summary_tier
 from .budget import Calibration, reported_prompt_tokens
 from .cascade import Drive, Outcome, Run, run_cascade, snip_now
 from .decompose import from_anthropic, from_nodes, from_openai
 from .errors import InvalidContent
 from .graph import Graph, Node
-from .projection import IDLE, REACTIVE, USAGE
-from .reactive import Overflow
+from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE
+from .reactive import Overflow, parse_overflow
 from .render.request import Rendered, RequestSpec, render_request
 from .session import UNSET, AppendResult, Library, Session
 from .store import Store
@@ -38,6 +39,15 @@ class RenderParams:
 
     view: ViewOptions = attrs.field(factory=ViewOptions)
     spec: RequestSpec = attrs.field(factory=RequestSpec)
+
+
+@attrs.frozen
+class UsageReport:
+    ratio: float
+    reported: int | None
+    estimated: int | None
+    overflow: bool
+    limit: int | None
 
 
 @attrs.frozen
@@ -66,6 +76,7 @@ class Engine:
         self._calibration: dict[str, tuple[int, Calibration]] = {}
         self._last_estimate: dict[str, tuple[str | None, int]] = {}
         self._prepared: dict[str, tuple[str, str | None, SummaryResult]] = {}
+        self._overflow: dict[str, Overflow] = {}
 
     # ---- sessions ----------------------------------------------------------------------------
 
@@ -98,6 +109,20 @@ class Engine:
         else:
             session.catch_up()
         return session
+
+    def import_file(self, path: str) -> tuple[list[str], list[str]]:
+        """Import every conversation of a transcript file; returns their session ids and what
+        the importer had to skip."""
+        from .importers import load_transcript
+        from .importers.apply import import_session
+
+        ids, warnings = [], []
+        for imported in load_transcript(path):
+            session = import_session(self.library, imported)
+            self.sessions[session.id] = session
+            ids.append(session.id)
+            warnings.extend(f"{imported.source_id}: {w}" for w in imported.warnings)
+        return ids, warnings
 
     def evict(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
@@ -235,6 +260,43 @@ class Engine:
             )
         return None
 
+    def uncollapse(self, session_id: str, collapse_id: str) -> str | None:
+        """Undo a Tier 3 collapse (the originals show again); None if nothing to undo."""
+        session = self.session(session_id)
+        g = session.graph
+        target = next((r for r in g.records if r.id == collapse_id), None)
+        if target is None or target.kind != COLLAPSE:
+            raise InvalidContent(
+                f"no collapse record {collapse_id!r} in this session",
+                field="collapseId",
+                collapseId=collapse_id,
+            )
+        if any(r.kind == UNCOLLAPSE and r.data.get("collapse") == collapse_id for r in g.records):
+            return None
+        # it covers what the collapse covers, so it applies exactly where the collapse does
+        return session.add_records(
+            [
+                {
+                    "kind": UNCOLLAPSE,
+                    "covers": list(target.covers),
+                    "thread": target.thread,
+                    "data": {"collapse": collapse_id},
+                }
+            ]
+        )[0]
+
+    def prepare(self, session_id: str, params: RenderParams) -> Any:
+        """A generator preparing the next Tier 4 summary, or None when it is not worth it (no
+        provider, occupancy under `prepare_occupancy`, already prepared)."""
+        session = self.session(session_id)
+        provider = self.provider_for(session)
+        if provider is None or session_id in self._prepared:
+            return None
+        run = Run(self, session, params.view, params.spec, self.policy(session), provider)
+        if run.total < run.policy.prepare_occupancy * run.limit:
+            return None
+        return summary_tier.prepare(run)
+
     # ---- summaries prepared in the background -------------------------------------------------
 
     def prepared_summary(
@@ -303,6 +365,39 @@ class Engine:
         return IdleOutcome(len(cands.clearable), events)
 
     # ---- usage --------------------------------------------------------------------------------
+
+    def report(
+        self,
+        session_id: str,
+        model: str,
+        usage: dict[str, Any] | None,
+        error: tuple[int, str] | None,
+        applied_edits: list[dict[str, Any]] | None,
+    ) -> UsageReport:
+        """What the provider said about the last rendered request. A prompt-too-long error is
+        kept for the next render, which runs Tier 5 with it."""
+        ratio, reported, estimated = (
+            self.calibration(self.session(session_id)).ratio(model),
+            None,
+            None,
+        )
+        if usage or applied_edits:
+            ratio, reported, estimated = self.record_usage(
+                session_id, model, usage, applied_edits=applied_edits
+            )
+        overflow = parse_overflow(*error) if error else None
+        if overflow is not None:
+            self._overflow[session_id] = overflow
+        return UsageReport(
+            ratio,
+            reported,
+            estimated,
+            overflow is not None,
+            overflow.limit_tokens if overflow else None,
+        )
+
+    def take_overflow(self, session_id: str) -> Overflow | None:
+        return self._overflow.pop(session_id, None)
 
     def record_usage(
         self,

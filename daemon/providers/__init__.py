@@ -1,1 +1,96 @@
-"""compactd subpackage."""
+"""Summary providers, chosen explicitly — one never silently stands in for another.
+
+- `anthropic`: the official SDK (`anthropic_provider.py`);
+- `client`: the daemon asks its client to summarize (`context/summarize`, a server→client
+  request with a timeout) — for agents that bring their own model;
+- `digest`: the offline, deterministic extractive checkpoint (`compactd.context.digest`).
+
+Which one a session uses: its config's `summaryProvider`, else `COMPACTD_SUMMARY_PROVIDER`
+(or `compactd serve --summary-provider`). Without one, the LLM tiers are skipped and say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ...context import digest
+from ...context.summarize import SummaryFailure, SummaryRequest, SummaryResult
+from ...protocol import methods
+from ...protocol.convert import ParamsError, structure
+from ...protocol.types import SummarizeParams, SummarizeResult
+
+PROVIDERS = ("anthropic", "client", "digest")
+Summarize = Callable[[SummaryRequest], Awaitable[SummaryResult]]
+
+
+class ClientSummaryProvider:
+    """Runs summaries through the connected client's own model."""
+
+    def __init__(
+        self,
+        send_request: Callable[[str, Any], Awaitable[Any]],
+        session_id: str,
+        timeout_seconds: float,
+    ) -> None:
+        self.send_request = send_request
+        self.session_id = session_id
+        self.timeout_seconds = timeout_seconds
+
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        params = SummarizeParams(
+            self.session_id,
+            request.purpose,
+            request.system,
+            request.prompt,
+            request.max_output_tokens,
+        )
+        try:
+            raw = await asyncio.wait_for(
+                self.send_request(methods.REQUEST_SUMMARIZE, params), self.timeout_seconds
+            )
+        except TimeoutError:
+            raise SummaryFailure(
+                "timeout",
+                f"the client did not answer context/summarize within {self.timeout_seconds:.0f} s",
+            ) from None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the client answered with an error
+            raise SummaryFailure("other", f"the client's summarizer failed: {exc}") from None
+        try:
+            answer = structure(
+                raw if isinstance(raw, dict) else {}, SummarizeResult, methods.REQUEST_SUMMARIZE
+            )
+        except ParamsError as exc:
+            raise SummaryFailure("other", str(exc)) from None
+        if not answer.text.strip():
+            raise SummaryFailure("empty", "the client returned an empty summary")
+        return SummaryResult(
+            text=answer.text,
+            model=answer.model or "client",
+            input_tokens=answer.input_tokens or 0,
+            output_tokens=answer.output_tokens or 0,
+        )
+
+
+class DigestProvider:
+    async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        return digest.summarize(request)
+
+
+def make_provider(
+    name: str, *, session_id: str, send_request: Any, model: str | None, timeout_seconds: float
+) -> Any:
+    if name == "digest":
+        return DigestProvider()
+    if name == "client":
+        return ClientSummaryProvider(send_request, session_id, timeout_seconds)
+    if name == "anthropic":
+        from .anthropic_provider import AnthropicSummaryProvider
+
+        return AnthropicSummaryProvider(model=model)
+    raise SummaryFailure(
+        "unavailable", f"unknown summary provider {name!r}; use one of {', '.join(PROVIDERS)}"
+    )

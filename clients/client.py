@@ -1,0 +1,397 @@
+"""The Python async client: spawn `compactd serve` (or attach to given streams) and call it.
+
+A small JSON-RPC 2.0 peer over LSP framing, written here rather than on pygls' client so a
+client pulls in neither pygls nor the engine (only `compactd.protocol`), starts fast, and
+puts a timeout on every call. Typed methods take and return the attrs types of
+`compactd.protocol.types`; notifications arrive as callbacks or through an async iterator;
+`context/summarize` requests from the daemon go to a handler you register.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import attrs
+import orjson
+
+from ..protocol import methods as m
+from ..protocol import types as t
+from ..protocol.convert import structure, unstructure
+from ..protocol.errors import KIND_BY_CODE
+
+R = TypeVar("R")
+Handler = Callable[[dict[str, Any]], Any]
+DEFAULT_TIMEOUT = 120.0
+UNSET: Any = object()
+
+
+class RpcError(Exception):
+    """An error answer: `code` (see `compactd.protocol.errors`), `kind`, `data`."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"{message} (code {code})")
+        self.code = code
+        self.message = message
+        self.data = data
+
+    @property
+    def kind(self) -> str | None:
+        if isinstance(self.data, dict) and isinstance(self.data.get("kind"), str):
+            return self.data["kind"]
+        return KIND_BY_CODE.get(self.code)
+
+
+class CompactdClient:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        process: asyncio.subprocess.Process | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.process = process
+        self.timeout = timeout
+        self._ids = itertools.count(1)
+        self._pending: dict[Any, asyncio.Future[Any]] = {}
+        self._listeners: dict[str, list[Handler]] = {}
+        self._request_handlers: dict[str, Callable[[dict[str, Any]], Awaitable[Any] | Any]] = {}
+        self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
+        self._reader_task = asyncio.ensure_future(self._read_loop())
+
+    # ---- starting ----------------------------------------------------------------------------
+
+    @classmethod
+    async def spawn(
+        cls,
+        command: Sequence[str] | None = None,
+        *,
+        data_dir: str | None = None,
+        env: dict[str, str] | None = None,
+        args: Sequence[str] = (),
+        timeout: float = DEFAULT_TIMEOUT,
+        stderr: Any = None,
+    ) -> CompactdClient:
+        """Start a daemon (`python -m compactd serve` by default) and connect to it."""
+        cmd = list(command) if command else [sys.executable, "-m", "compactd"]
+        if data_dir is not None:
+            cmd += ["--data-dir", str(data_dir)]
+        cmd += ["serve", *args]
+        proc = await asyncio.create_subprocess_exec(
+            *cmd,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=stderr,
+            env={**os.environ, **(env or {})},
+            limit=2**24,
+        )
+        assert proc.stdout is not None and proc.stdin is not None
+        return cls(proc.stdout, proc.stdin, proc, timeout)
+
+    @classmethod
+    def attach(
+        cls,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> CompactdClient:
+        return cls(reader, writer, None, timeout)
+
+    async def __aenter__(self) -> CompactdClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ---- the wire ------------------------------------------------------------------------------
+
+    def _send(self, message: dict[str, Any]) -> None:
+        body = orjson.dumps(message)
+        self.writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                length = None
+                while True:
+                    line = await self.reader.readline()
+                    if not line:
+                        return
+                    if line in (b"\r\n", b"\n"):
+                        break
+                    name, _, value = line.decode("latin-1").partition(":")
+                    if name.strip().lower() == "content-length":
+                        length = int(value.strip())
+                if length is None:
+                    continue
+                body = await self.reader.readexactly(length)
+                self._dispatch(orjson.loads(body))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        finally:
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(ConnectionError("the daemon closed the connection"))
+
+    def _dispatch(self, msg: dict[str, Any]) -> None:
+        if "method" in msg and "id" in msg:  # a request from the daemon
+            task = asyncio.ensure_future(self._answer(msg))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif "method" in msg:
+            params = msg.get("params") or {}
+            for listener in self._listeners.get(msg["method"], []):
+                listener(params)
+            self._queue.put_nowait((msg["method"], params))
+        else:
+            fut = self._pending.pop(msg.get("id"), None)
+            if fut is None or fut.done():
+                return
+            if "error" in msg and msg["error"] is not None:
+                err = msg["error"]
+                fut.set_exception(
+                    RpcError(err.get("code", 0), err.get("message", ""), err.get("data"))
+                )
+            else:
+                fut.set_result(msg.get("result"))
+
+    async def _answer(self, msg: dict[str, Any]) -> None:
+        handler = self._request_handlers.get(msg["method"])
+        if handler is None:
+            self._send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": msg["id"],
+                    "error": {"code": -32601, "message": f"no handler for {msg['method']}"},
+                }
+            )
+            return
+        try:
+            result = handler(msg.get("params") or {})
+            if asyncio.iscoroutine(result):
+                result = await result
+            payload = unstructure(result) if attrs.has(type(result)) else result
+            self._send({"jsonrpc": "2.0", "id": msg["id"], "result": payload})
+        except Exception as exc:
+            self._send(
+                {"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32603, "message": str(exc)}}
+            )
+
+    # ---- generic calls ------------------------------------------------------------------------
+
+    def send_request(self, method: str, params: Any = None) -> tuple[int, asyncio.Future[Any]]:
+        """Send without waiting; returns the id (for `cancel`) and the future of the answer."""
+        msg_id = next(self._ids)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[msg_id] = fut
+        payload = unstructure(params) if attrs.has(type(params)) else params
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
+        if payload is not None:
+            message["params"] = payload
+        self._send(message)
+        return msg_id, fut
+
+    async def request(self, method: str, params: Any = None, timeout: float | None = None) -> Any:
+        _, fut = self.send_request(method, params)
+        return await asyncio.wait_for(fut, timeout or self.timeout)
+
+    def notify(self, method: str, params: Any = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = unstructure(params) if attrs.has(type(params)) else params
+        self._send(message)
+
+    def cancel(self, msg_id: int) -> None:
+        self.notify("$/cancelRequest", {"id": msg_id})
+
+    async def call(self, method: str, params: Any, result_type: type[R]) -> R:
+        raw = await self.request(method, params)
+        if result_type is dict:
+            return raw  # type: ignore[no-any-return]
+        return structure(raw, result_type, method)
+
+    # ---- notifications and daemon requests ----------------------------------------------------
+
+    def on_notification(self, method: str, callback: Handler) -> None:
+        self._listeners.setdefault(method, []).append(callback)
+
+    async def notifications(self) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        while True:
+            yield await self._queue.get()
+
+    async def next_notification(self, method: str, timeout: float = 10.0) -> dict[str, Any]:
+        async def wait() -> dict[str, Any]:
+            while True:
+                name, params = await self._queue.get()
+                if name == method:
+                    return params
+
+        return await asyncio.wait_for(wait(), timeout)
+
+    def on_summarize(
+        self,
+        handler: Callable[[t.SummarizeParams], Awaitable[t.SummarizeResult] | t.SummarizeResult],
+    ) -> None:
+        """Be the `client` summary provider: answer the daemon's `context/summarize`."""
+
+        def adapt(raw: dict[str, Any]) -> Any:
+            return handler(structure(raw, t.SummarizeParams, m.REQUEST_SUMMARIZE))
+
+        self._request_handlers[m.REQUEST_SUMMARIZE] = adapt
+
+    # ---- typed methods (DESIGN §6) ----------------------------------------------------------
+
+    async def open_session(
+        self, session_id: str | None = None, config: dict[str, Any] | None = None
+    ) -> t.OpenResult:
+        return await self.call(m.SESSION_OPEN, t.OpenParams(session_id, config), t.OpenResult)
+
+    async def list_sessions(self) -> t.ListResult:
+        return await self.call(m.SESSION_LIST, {}, t.ListResult)
+
+    async def get(
+        self, session_id: str, node_id: str | None = None, branch: str | None = None
+    ) -> dict[str, Any]:
+        return await self.call(m.SESSION_GET, t.GetParams(session_id, branch, node_id), dict)
+
+    async def append(
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]] | None = None,
+        *,
+        nodes: list[dict[str, Any]] | None = None,
+        format: str = "anthropic",
+        branch: str | None = None,
+        function_id: str | None = None,
+        expected_head: Any = UNSET,
+    ) -> t.AppendResult:
+        """Append messages; `expected_head` (None: an empty thread) guards against other
+        writers moving the thread first."""
+        params = unstructure(
+            t.AppendParams(
+                session_id,
+                messages,
+                nodes,
+                format,  # type: ignore[arg-type]
+                branch,
+                function_id,
+            )
+        )
+        if expected_head is not UNSET:
+            params["expectedHead"] = expected_head
+        return await self.call(m.SESSION_APPEND, params, t.AppendResult)
+
+    async def import_transcript(self, path: str) -> t.ImportResult:
+        return await self.call(m.SESSION_IMPORT, t.ImportParams(str(path)), t.ImportResult)
+
+    async def tool_result(
+        self, session_id: str, tool_use_id: str, content: Any, is_error: bool = False
+    ) -> t.HeadResult:
+        return await self.call(
+            m.SESSION_TOOL_RESULT,
+            t.ToolResultParams(session_id, tool_use_id, content, is_error),
+            t.HeadResult,
+        )
+
+    async def function_start(
+        self, session_id: str, name: str, input: Any = None, **kw: Any
+    ) -> t.FunctionStartResult:
+        return await self.call(
+            m.FUNCTION_START,
+            t.FunctionStartParams(session_id, name, input, **kw),
+            t.FunctionStartResult,
+        )
+
+    async def function_complete(
+        self, session_id: str, function_id: str, output: Any = "", status: str = "completed"
+    ) -> t.HeadResult:
+        return await self.call(
+            m.FUNCTION_COMPLETE,
+            t.FunctionCompleteParams(session_id, function_id, output, status),  # type: ignore[arg-type]
+            t.HeadResult,
+        )
+
+    async def branch(
+        self, session_id: str, name: str, from_node: str | None = None
+    ) -> t.BranchResult:
+        return await self.call(
+            m.SESSION_BRANCH, t.BranchParams(session_id, name, from_node), t.BranchResult
+        )
+
+    async def checkout(self, session_id: str, branch: str) -> t.BranchResult:
+        return await self.call(
+            m.SESSION_CHECKOUT, t.CheckoutParams(session_id, branch), t.BranchResult
+        )
+
+    async def render(self, session_id: str, **kw: Any) -> t.RenderResult:
+        return await self.call(m.CONTEXT_RENDER, t.RenderParams(session_id, **kw), t.RenderResult)
+
+    async def measure(self, session_id: str, **kw: Any) -> t.MeasureResult:
+        return await self.call(m.CONTEXT_MEASURE, t.RenderParams(session_id, **kw), t.MeasureResult)
+
+    async def compact(
+        self, session_id: str, instructions: str | None = None, **kw: Any
+    ) -> t.CompactResult:
+        return await self.call(
+            m.CONTEXT_COMPACT,
+            t.CompactParams(session_id, instructions=instructions, **kw),
+            t.CompactResult,
+        )
+
+    async def snip(
+        self, session_id: str, target_tokens: int | None = None, **kw: Any
+    ) -> t.SnipResult:
+        return await self.call(
+            m.CONTEXT_SNIP,
+            t.SnipParams(session_id, target_tokens=target_tokens, **kw),
+            t.SnipResult,
+        )
+
+    async def uncollapse(self, session_id: str, collapse_id: str) -> t.UncollapseResult:
+        return await self.call(
+            m.CONTEXT_UNCOLLAPSE, t.UncollapseParams(session_id, collapse_id), t.UncollapseResult
+        )
+
+    async def report_usage(self, session_id: str, model: str, **kw: Any) -> t.ReportUsageResult:
+        return await self.call(
+            m.CONTEXT_REPORT_USAGE,
+            t.ReportUsageParams(session_id, model, **kw),
+            t.ReportUsageResult,
+        )
+
+    async def status(self) -> t.StatusResult:
+        return await self.call(m.DAEMON_STATUS, {}, t.StatusResult)
+
+    # ---- ending --------------------------------------------------------------------------------
+
+    async def close(self, timeout: float = 10.0) -> int | None:
+        """`shutdown` then `exit`; returns the daemon's exit code when we spawned it."""
+        if self._closed:
+            return self.process.returncode if self.process else None
+        self._closed = True
+        if not self._reader_task.done():  # the daemon is still there to answer
+            with contextlib.suppress(Exception):
+                await self.request("shutdown", None, timeout=timeout)
+        with contextlib.suppress(Exception):
+            self.notify("exit")
+            await self.writer.drain()
+        code = None
+        if self.process is not None:
+            try:
+                code = await asyncio.wait_for(self.process.wait(), timeout)
+            except TimeoutError:
+                self.process.kill()
+                code = await self.process.wait()
+        self._reader_task.cancel()
+        with contextlib.suppress(BaseException):
+            await self._reader_task
+        return code

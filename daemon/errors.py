@@ -1,0 +1,42 @@
+"""Engine errors → JSON-RPC errors with compactd's codes, a message a person can act on, and
+structured `data` — never a traceback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams
+
+from ..context.errors import CompactdError
+from ..protocol.convert import ParamsError
+from ..protocol.errors import code_for
+
+
+class CompactdRpcError(JsonRpcException):
+    """A compactd error on the wire: code from `protocol.errors`, `data.kind` its name."""
+
+    def __init__(self, kind: str, message: str, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message=message, code=code_for(kind), data={"kind": kind, **(data or {})})
+
+
+def to_rpc_error(exc: BaseException) -> JsonRpcException:
+    if isinstance(exc, JsonRpcException):
+        return exc
+    if isinstance(exc, ParamsError):
+        return JsonRpcInvalidParams(message=str(exc))
+    if isinstance(exc, CompactdError):
+        return CompactdRpcError(exc.kind, exc.message, _jsonable(exc.data))
+    return JsonRpcInternalError(
+        message="internal error in compactd (details are in the daemon's log)",
+        data={"kind": "internal_error", "type": type(exc).__name__},
+    )
+
+
+def _jsonable(data: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, str | int | float | bool | type(None) | list | dict):
+            out[key] = value
+        else:
+            out[key] = repr(value)
+    return out

@@ -1,0 +1,203 @@
+"""The RPC methods: each one validates its params (via `rpc`) and calls the engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..context.engine import RenderParams as EngineRenderParams
+from ..context.render.request import RequestSpec
+from ..context.session import UNSET
+from ..context.visibility import ViewOptions
+from ..protocol import methods as m
+from ..protocol import types as t
+from .app import App
+from .compaction import compact, render_with_cascade
+from .server import CompactdServer, rpc
+
+
+def engine_params(p: t.RenderParams | t.CompactParams | t.SnipParams) -> EngineRenderParams:
+    view = ViewOptions(
+        branch=p.branch,
+        viewer=getattr(p, "viewer", None),
+        callers=getattr(p, "callers", False),
+        subcalls=getattr(p, "subcalls", False),
+        expose=getattr(p, "expose", None),
+    )
+    spec = RequestSpec(
+        model=p.model,
+        window=p.window,
+        max_output_tokens=p.max_output_tokens,
+        system=p.system,
+        tools=p.tools,
+        response_schema=getattr(p, "response_schema", None),
+        format=p.format,
+        cache=getattr(p, "cache", True),
+        cache_ttl=getattr(p, "cache_ttl", None),
+    )
+    return EngineRenderParams(view=view, spec=spec)
+
+
+def register(server: CompactdServer, app: App) -> None:
+    engine = app.engine
+
+    @rpc(server, m.SESSION_OPEN, t.OpenParams)
+    def session_open(ls: CompactdServer, p: t.OpenParams) -> t.OpenResult:
+        session, created = engine.open(p.session_id, p.config)
+        app.registry.get(session.id)
+        g = session.graph
+        return t.OpenResult(session.id, g.current_branch, g.head(), created)
+
+    @rpc(server, m.SESSION_LIST, t.ListParams)
+    def session_list(ls: CompactdServer, p: t.ListParams) -> t.ListResult:
+        out = []
+        for sid in engine.list():
+            stat = engine.store.log_path(sid).stat()
+            out.append(t.SessionInfo(sid, stat.st_size, stat.st_mtime, sid in engine.sessions))
+        return t.ListResult(out)
+
+    @rpc(server, m.SESSION_GET, t.GetParams)
+    def session_get(ls: CompactdServer, p: t.GetParams) -> dict[str, Any]:
+        app.session(p.session_id)
+        return engine.inspect(p.session_id, p.node_id, p.branch)
+
+    @rpc(server, m.SESSION_APPEND, t.AppendParams)
+    def session_append(
+        ls: CompactdServer, p: t.AppendParams, raw: dict[str, Any]
+    ) -> t.AppendResult:
+        app.session(p.session_id)
+        result = engine.append(
+            p.session_id,
+            messages=p.messages,
+            nodes=p.nodes,
+            format=p.format,
+            branch=p.branch,
+            function=p.function_id,
+            expected_head=p.expected_head if "expectedHead" in raw else UNSET,
+        )
+        return t.AppendResult(result.head, result.node_ids)
+
+    @rpc(server, m.SESSION_TOOL_RESULT, t.ToolResultParams)
+    def tool_result(ls: CompactdServer, p: t.ToolResultParams) -> t.HeadResult:
+        session = app.session(p.session_id)
+        return t.HeadResult(session.tool_result(p.tool_use_id, p.content, p.is_error).head)
+
+    @rpc(server, m.FUNCTION_START, t.FunctionStartParams)
+    def function_start(ls: CompactdServer, p: t.FunctionStartParams) -> t.FunctionStartResult:
+        session = app.session(p.session_id)
+        fid = session.function_start(
+            p.name,
+            p.input,
+            tool_use_id=p.tool_use_id,
+            parent=p.parent,
+            expose=p.expose,
+            branch=p.branch,
+            function=p.function_id,
+        )
+        return t.FunctionStartResult(fid)
+
+    @rpc(server, m.FUNCTION_COMPLETE, t.FunctionCompleteParams)
+    def function_complete(ls: CompactdServer, p: t.FunctionCompleteParams) -> t.HeadResult:
+        session = app.session(p.session_id)
+        session.function_complete(p.function_id, p.output, p.status)
+        return t.HeadResult(session.graph.head())
+
+    @rpc(server, m.SESSION_BRANCH, t.BranchParams)
+    def session_branch(ls: CompactdServer, p: t.BranchParams) -> t.BranchResult:
+        session = app.session(p.session_id)
+        return t.BranchResult(p.name, session.create_branch(p.name, p.from_node))
+
+    @rpc(server, m.SESSION_CHECKOUT, t.CheckoutParams)
+    def session_checkout(ls: CompactdServer, p: t.CheckoutParams) -> t.BranchResult:
+        session = app.session(p.session_id)
+        return t.BranchResult(p.branch, session.checkout(p.branch))
+
+    @rpc(server, m.SESSION_IMPORT, t.ImportParams)
+    def session_import(ls: CompactdServer, p: t.ImportParams) -> t.ImportResult:
+        ids, warnings = engine.import_file(p.path)
+        return t.ImportResult(ids, warnings)
+
+    @rpc(server, m.CONTEXT_RENDER, t.RenderParams)
+    async def context_render(ls: CompactdServer, p: t.RenderParams) -> t.RenderResult:
+        session = app.session(p.session_id)
+        params = engine_params(p)
+        app.last_params[session.id] = params
+        if p.cascade or p.overflow is not None:
+            rendered, events = await render_with_cascade(
+                app, session.id, params, p.overflow, p.work_done_token
+            )
+        else:
+            rendered, events = engine.render(session.id, params), []
+        app.touch(session)
+        return t.RenderResult(rendered.request, rendered.tokens(), events)
+
+    @rpc(server, m.CONTEXT_MEASURE, t.RenderParams)
+    def context_measure(ls: CompactdServer, p: t.RenderParams) -> t.MeasureResult:
+        session = app.session(p.session_id)
+        rendered = engine.render(session.id, engine_params(p), remember=False)
+        tokens = rendered.tokens()
+        return t.MeasureResult(
+            total=tokens["total"],
+            window=tokens["window"],
+            limit=tokens["limit"],
+            free=tokens["free"],
+            output_reserve=tokens["outputReserve"],
+            categories=tokens["categories"],
+            threshold=int(engine.policy(session).cascade_threshold * tokens["limit"]),
+            advice=engine.measure_advice(session, rendered),
+            turns=tokens["turns"],
+            turns_shown=tokens["turnsShown"],
+        )
+
+    @rpc(server, m.CONTEXT_COMPACT, t.CompactParams)
+    async def context_compact(ls: CompactdServer, p: t.CompactParams) -> t.CompactResult:
+        session = app.session(p.session_id)
+        return await compact(app, session.id, engine_params(p), p.instructions, p.work_done_token)
+
+    @rpc(server, m.CONTEXT_SNIP, t.SnipParams)
+    def context_snip(ls: CompactdServer, p: t.SnipParams) -> t.SnipResult:
+        session = app.session(p.session_id)
+        outcome = engine.snip(session.id, engine_params(p), p.target_tokens)
+        for event in outcome.events:
+            if event["applied"]:
+                app.notify_compacted(session.id, event)
+        snip = next((e for e in outcome.events if e["tier"] == "snip"), None)
+        applied = bool(snip and snip["applied"])
+        return t.SnipResult(
+            applied=applied,
+            removed_turns=snip["details"].get("removedTurns", 0) if applied and snip else 0,
+            tokens_before=outcome.tokens_before,
+            tokens_after=outcome.rendered.total,
+            reason=snip["reason"] if snip else "already under the target",
+        )
+
+    @rpc(server, m.CONTEXT_UNCOLLAPSE, t.UncollapseParams)
+    def context_uncollapse(ls: CompactdServer, p: t.UncollapseParams) -> t.UncollapseResult:
+        session = app.session(p.session_id)
+        record_id = engine.uncollapse(session.id, p.collapse_id)
+        return t.UncollapseResult(record_id is not None, record_id)
+
+    @rpc(server, m.CONTEXT_REPORT_USAGE, t.ReportUsageParams)
+    def report_usage(ls: CompactdServer, p: t.ReportUsageParams) -> t.ReportUsageResult:
+        session = app.session(p.session_id)
+        report = engine.report(
+            session.id,
+            p.model,
+            p.usage,
+            p.error and (p.error.status, p.error.message),
+            p.applied_edits,
+        )
+        return t.ReportUsageResult(
+            report.ratio, report.reported, report.estimated, report.overflow, report.limit
+        )
+
+    @rpc(server, m.DAEMON_STATUS, t.StatusParams)
+    def status(ls: CompactdServer, p: t.StatusParams) -> t.StatusResult:
+        from .. import __version__
+
+        return t.StatusResult(
+            __version__,
+            str(engine.store.root),
+            app.registry.loaded(),
+            engine.summary_provider,
+            app.settings.idle_seconds or 0.0,
+        )

@@ -1,0 +1,62 @@
+"""`compactd serve`: the daemon on stdio."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+
+from ..context.store import default_data_dir
+from .app import App, Settings
+from .handlers import register
+from .providers import PROVIDERS
+from .server import CompactdServer
+from .stdio import serve_stdio
+
+
+def build(settings: Settings) -> tuple[CompactdServer, App]:
+    server = CompactdServer()
+    app = App(server, settings)
+    server.app = app
+    register(server, app)
+    return server, app
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    env = os.environ
+    provider = args.summary_provider or env.get("COMPACTD_SUMMARY_PROVIDER") or None
+    if provider is not None and provider not in PROVIDERS:
+        raise SystemExit(
+            f"compactd: unknown summary provider {provider!r} (use one of {', '.join(PROVIDERS)})"
+        )
+    idle = args.idle_seconds
+    if idle is None and env.get("COMPACTD_IDLE_SECONDS"):
+        idle = float(env["COMPACTD_IDLE_SECONDS"])
+    return Settings(
+        data_dir=Path(args.data_dir) if args.data_dir else default_data_dir(),
+        idle_seconds=idle,
+        idle_check_seconds=args.idle_check_seconds,
+        watch=not args.no_watch,
+        summary_provider=provider,
+        summary_model=args.summary_model or env.get("COMPACTD_SUMMARY_MODEL") or None,
+        summarize_timeout_seconds=args.summarize_timeout,
+    )
+
+
+def serve(args: argparse.Namespace) -> int:
+    level = (args.log_level or os.environ.get("COMPACTD_LOG_LEVEL") or "WARNING").upper()
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=level,
+        format="compactd %(levelname)s %(name)s: %(message)s",
+    )
+    for name in ("pygls", "watchfiles"):
+        logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
+    # pygls logs every error answer with a traceback; the client already got a clear error
+    logging.getLogger("pygls.protocol.json_rpc").setLevel(
+        logging.DEBUG if level == "DEBUG" else logging.CRITICAL)
+    server, app = build(settings_from(args))
+    return asyncio.run(serve_stdio(server, background=app.background()))

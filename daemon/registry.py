@@ -1,0 +1,60 @@
+"""The session registry: sessions load on first use, stay while used, and are evicted when idle
+in memory. One daemon serves many sessions; each has a lock that long operations (summaries)
+hold so two of them never interleave on one session."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from ..context.engine import Engine
+from ..context.session import Session
+
+Clock = Callable[[], float]
+
+
+class Registry:
+    def __init__(
+        self, engine: Engine, *, evict_after: float = 600.0, clock: Clock = time.monotonic
+    ) -> None:
+        self.engine = engine
+        self.evict_after = evict_after
+        self.clock = clock
+        self.last_used: dict[str, float] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.on_first_touch: list[Callable[[Session], None]] = []
+
+    def get(self, session_id: str) -> Session:
+        """The session, loaded (and caught up with other writers) for this request."""
+        first = session_id not in self.engine.sessions
+        session = self.engine.session(session_id)
+        self.last_used[session_id] = self.clock()
+        if first:
+            for hook in self.on_first_touch:
+                hook(session)
+        return session
+
+    def lock(self, session_id: str) -> asyncio.Lock:
+        lock = self._locks.get(session_id)
+        if lock is None:
+            lock = self._locks[session_id] = asyncio.Lock()
+        return lock
+
+    def loaded(self) -> list[str]:
+        return sorted(self.engine.sessions)
+
+    def evict_idle(self) -> list[str]:
+        """Drop sessions nobody used for `evict_after` seconds (and nobody holds)."""
+        now = self.clock()
+        gone = []
+        for sid in list(self.engine.sessions):
+            lock = self._locks.get(sid)
+            if lock is not None and lock.locked():
+                continue
+            if now - self.last_used.get(sid, now) >= self.evict_after:
+                self.engine.evict(sid)
+                self.last_used.pop(sid, None)
+                self._locks.pop(sid, None)
+                gone.append(sid)
+        return gone

@@ -1,0 +1,157 @@
+"""The pygls server: LSP framing and lifecycle, compactd's error rules, and the `rpc` decorator
+that keeps every handler a few lines over the engine.
+
+Deviations from stock pygls, all deliberate (notes/pygls.md §5):
+- replies are encoded with orjson (stock `json.dumps` costs more than a render on big results);
+- a request after `shutdown` is answered with an error instead of silence;
+- `exit` ends the process with 0 after `shutdown` and 1 without (stock pygls always gives 0);
+- out-of-band errors are logged, never sent as `window/showMessage` to a non-editor client;
+- an unexpected exception is logged and answered with an internal error without a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import attrs
+import orjson
+from lsprotocol.converters import get_converter
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidRequest
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+
+from .. import __version__
+from ..context.errors import CompactdError
+from ..protocol.convert import ParamsError, structure, unstructure
+from .errors import CompactdRpcError, to_rpc_error
+
+log = logging.getLogger("compactd.daemon")
+P = TypeVar("P")
+
+
+class CompactdProtocol(LanguageServerProtocol):
+    """JSON-RPC over LSP framing, with compactd's lifecycle and encoding rules."""
+
+    def handle_message(self, message: Any) -> None:
+        method = getattr(message, "method", None)
+        if method == "exit":
+            server: CompactdServer = self._server  # type: ignore[assignment]
+            server.request_exit(0 if self._shutdown else 1)
+            return
+        if self._shutdown and method is not None and getattr(message, "id", None) is not None:
+            error = CompactdRpcError(
+                "shutting_down", "the daemon is shutting down; only 'exit' is accepted"
+            )
+            self._send_response(message.id, error=error.to_response_error())
+            return
+        super().handle_message(message)
+
+    def _send_data(self, data: Any) -> None:
+        if not data or self.writer is None:
+            return
+        try:
+            if hasattr(data, "__attrs_attrs__"):
+                data = self._converter.unstructure(data)
+            body = orjson.dumps(data, default=_fallback)
+        except Exception:
+            log.exception("cannot encode a reply")
+            return
+        header = f"Content-Length: {len(body)}\r\n\r\n".encode("ascii")
+        self.writer.write(header + body)  # our stdio writer is synchronous
+
+    def send_error(self, msg_id: Any, error: JsonRpcException) -> None:
+        self._send_response(msg_id, error=error.to_response_error())
+
+
+def _fallback(value: Any) -> Any:
+    if attrs.has(type(value)):
+        return unstructure(value)
+    if hasattr(value, "value"):  # enums
+        return value.value
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+class CompactdServer(LanguageServer):
+    """One daemon process: the engine, the session registry and the background tasks."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            name="compactd",
+            version=__version__,
+            protocol_cls=CompactdProtocol,
+            converter_factory=get_converter,
+        )
+        self.exit_code: int | None = None
+        self._exit_event: asyncio.Event | None = None
+        self.app: Any = None  # the daemon's services (set by `daemon.app`)
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        """Out-of-band errors go to the log, never to a `window/showMessage`."""
+        log.debug("server error (%s): %s", getattr(source, "__name__", source), error)
+
+    def request_exit(self, code: int) -> None:
+        self.exit_code = code
+        if self._exit_event is not None:
+            self._exit_event.set()
+
+    def exit_event(self) -> asyncio.Event:
+        if self._exit_event is None:
+            self._exit_event = asyncio.Event()
+        return self._exit_event
+
+    def notify(self, method: str, params: Any) -> None:
+        """Send a notification (attrs params become camelCase JSON)."""
+        payload = unstructure(params) if attrs.has(type(params)) else params
+        self.protocol.notify(method, payload)
+
+
+def rpc(
+    server: CompactdServer, method: str, params_type: type[P]
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register `fn(ls, params)` (or `fn(ls, params, raw)` when it needs to know which keys
+    were sent) as `method`: params structured from camelCase JSON (bad ones → -32602 naming
+    the field), engine errors → compactd codes, anything else → an internal error without a
+    traceback. `fn` may be sync or async; it returns attrs or JSON."""
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        wants_raw = len(inspect.signature(fn).parameters) == 3
+
+        async def handler(ls: CompactdServer, raw: Any) -> Any:
+            try:
+                plain = _plain(raw)
+                params = structure(plain, params_type, method)
+                result = fn(ls, params, plain or {}) if wants_raw else fn(ls, params)
+                if isinstance(result, Awaitable):
+                    result = await result
+            except asyncio.CancelledError:
+                raise
+            except (CompactdError, ParamsError, JsonRpcException) as exc:
+                raise to_rpc_error(exc) from None
+            except Exception as exc:
+                log.exception("unexpected error in %s", method)
+                raise to_rpc_error(exc) from None
+            return unstructure(result) if attrs.has(type(result)) else result
+
+        handler.__name__ = f"rpc_{method.replace('/', '_')}"
+        server.feature(method)(handler)
+        return fn
+
+    return register
+
+
+def _plain(raw: Any) -> Any:
+    """pygls hands over params as parsed JSON (or an attrs object for LSP-typed methods)."""
+    if raw is None or isinstance(raw, dict):
+        return raw
+    if attrs.has(type(raw)):
+        return unstructure(raw)
+    if hasattr(raw, "_asdict"):
+        return raw._asdict()
+    return raw
+
+
+__all__ = ["CompactdProtocol", "CompactdServer", "JsonRpcInvalidRequest", "rpc"]

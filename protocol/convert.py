@@ -1,0 +1,125 @@
+"""The wire converter: camelCase names, strict JSON types, readable errors.
+
+Built on lsprotocol's converter (camelCase for every attrs class) with primitives made strict
+— cattrs would otherwise turn `"5"` into `5` — so params of the wrong type are rejected with a
+message that names the field.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, TypeVar, get_args
+
+import cattrs
+from lsprotocol.converters import get_converter
+
+from .types import Json
+
+T = TypeVar("T")
+
+
+class ParamsError(ValueError):
+    """Params that do not fit their type; the message names every offending field."""
+
+
+def _strict(kind: type, name: str, exclude_bool: bool = False) -> Any:
+    def hook(value: Any, _type: Any) -> Any:
+        if not isinstance(value, kind) or (exclude_bool and isinstance(value, bool)):
+            raise ValueError(f"expected {name}, got {_json_type(value)}")
+        return value
+
+    return hook
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _object(value: Any, _type: Any) -> Any:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected object, got {_json_type(value)}")
+    return value
+
+
+def _objects(value: Any, _type: Any) -> Any:
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ValueError(f"expected array of objects, got {_json_type(value)}")
+    return value
+
+
+def _text_or_blocks(value: Any, _type: Any) -> Any:
+    if isinstance(value, str):
+        return value
+    return _objects(value, _type)
+
+
+def _system(value: Any, _type: Any) -> Any:
+    if value is None:
+        return None
+    return _text_or_blocks(value, _type)
+
+
+def make_converter() -> cattrs.Converter:
+    conv = get_converter(cattrs.Converter(forbid_extra_keys=False))
+    conv.register_structure_hook(str, _strict(str, "string"))
+    conv.register_structure_hook(int, _strict(int, "integer", exclude_bool=True))
+    conv.register_structure_hook(bool, _strict(bool, "boolean"))
+    conv.register_structure_hook(float, _strict(int | float, "number", exclude_bool=True))
+    exact = {
+        Json: _object,
+        list[Json]: _objects,
+        str | list[Json]: _text_or_blocks,
+        str | list[Json] | None: _system,
+        Any: lambda value, _type: value,
+    }
+    for tp, hook in exact.items():
+        conv.register_structure_hook_func(lambda t, tp=tp: t == tp, hook)
+    return conv
+
+
+CONVERTER = make_converter()
+
+
+def structure(raw: Any, cls: type[T], method: str = "") -> T:
+    """`raw` params as `cls`, or `ParamsError` naming each bad field (camelCase, as sent)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ParamsError(f"params of {method or cls.__name__} must be an object")
+    try:
+        return CONVERTER.structure(raw, cls)
+    except cattrs.BaseValidationError as exc:
+        problems = [_camel_path(p) for p in cattrs.transform_error(exc, path="params")]
+        raise ParamsError(
+            f"invalid params for {method or cls.__name__}: " + "; ".join(problems)
+        ) from None
+    except (TypeError, ValueError) as exc:
+        raise ParamsError(f"invalid params for {method or cls.__name__}: {exc}") from None
+
+
+def _camel_path(problem: str) -> str:
+    """Field paths as the client wrote them (`params.sessionId`, not `params.session_id`)."""
+    text, sep, path = problem.rpartition(" @ ")
+    if not sep:
+        return problem
+    return f"{text} @ " + re.sub(r"_([a-z])", lambda m: m.group(1).upper(), path)
+
+
+def unstructure(obj: Any) -> Any:
+    return CONVERTER.unstructure(obj)
+
+
+def literal_values(tp: Any) -> tuple[Any, ...]:
+    return get_args(tp)

@@ -1,0 +1,394 @@
+"""Wire types of every method: attrs classes with snake_case fields, camelCase on the wire.
+
+`METHODS` maps each method to its params and result types; the JSON Schema export
+(`compactd.protocol.schema`) and the daemon's handlers are both driven by it, so they cannot
+disagree. Free-form parts (messages, blocks, the rendered request) are plain JSON objects.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+Json = dict[str, Any]
+Format = Literal["anthropic", "openai"]
+Expose = Literal["io", "full", "none"]
+
+
+# ---- sessions -----------------------------------------------------------------------------
+
+
+@attrs.define
+class OpenParams:
+    """Open a session, creating it if needed (a new id when none is given)."""
+
+    session_id: str | None = None
+    config: Json | None = None
+
+
+@attrs.define
+class OpenResult:
+    session_id: str
+    branch: str
+    head: str | None
+    created: bool
+
+
+@attrs.define
+class ListParams:
+    pass
+
+
+@attrs.define
+class SessionInfo:
+    session_id: str
+    size_bytes: int
+    modified: float
+    loaded: bool
+
+
+@attrs.define
+class ListResult:
+    sessions: list[SessionInfo]
+
+
+@attrs.define
+class GetParams:
+    """Inspect a session (its branch path and records), or one node with its children —
+    a completed function's internals, a cleared or snipped tool result."""
+
+    session_id: str
+    branch: str | None = None
+    node_id: str | None = None
+
+
+@attrs.define
+class AppendParams:
+    """Append provider-format `messages` or raw `nodes` to a branch (or a running
+    function's thread). `expectedHead` (null: an empty thread) guards against races."""
+
+    session_id: str
+    messages: list[Json] | None = None
+    nodes: list[Json] | None = None
+    format: Format = "anthropic"
+    branch: str | None = None
+    function_id: str | None = None
+    expected_head: str | None = None
+
+
+@attrs.define
+class AppendResult:
+    head: str | None
+    node_ids: list[str]
+
+
+@attrs.define
+class ToolResultParams:
+    session_id: str
+    tool_use_id: str
+    content: str | list[Json]
+    is_error: bool = False
+
+
+@attrs.define
+class HeadResult:
+    head: str | None
+
+
+@attrs.define
+class FunctionStartParams:
+    """Start a function (sub-agent). With `toolUseId` the model called it as that tool and
+    its output becomes that call's result."""
+
+    session_id: str
+    name: str
+    input: Any = None
+    tool_use_id: str | None = None
+    parent: str | None = None
+    expose: Expose = "io"
+    branch: str | None = None
+    function_id: str | None = None
+
+
+@attrs.define
+class FunctionStartResult:
+    function_id: str
+
+
+@attrs.define
+class FunctionCompleteParams:
+    session_id: str
+    function_id: str
+    output: Any = ""
+    status: Literal["completed", "error"] = "completed"
+
+
+@attrs.define
+class BranchParams:
+    session_id: str
+    name: str
+    from_node: str | None = None
+
+
+@attrs.define
+class CheckoutParams:
+    session_id: str
+    branch: str
+
+
+@attrs.define
+class BranchResult:
+    branch: str
+    head: str | None
+
+
+@attrs.define
+class ImportParams:
+    """Import a transcript file the daemon can read (Claude Code, Codex, OpenHands,
+    SWE-agent); one session per conversation in it."""
+
+    path: str
+
+
+@attrs.define
+class ImportResult:
+    session_ids: list[str]
+    warnings: list[str]
+
+
+# ---- context ------------------------------------------------------------------------------
+
+
+@attrs.define
+class ProviderError:
+    """An error the model provider returned (for Tier 5): HTTP status and message."""
+
+    status: int
+    message: str
+
+
+@attrs.define
+class RenderParams:
+    """Render the context for the next model request (with `cascade`, compacting first)."""
+
+    session_id: str
+    branch: str | None = None
+    viewer: str | None = None
+    callers: bool = False
+    subcalls: bool = False
+    expose: Expose | None = None
+    model: str | None = None
+    window: int | None = None
+    max_output_tokens: int | None = None
+    system: str | list[Json] | None = None
+    tools: list[Json] | None = None
+    response_schema: Json | None = None
+    format: Format = "anthropic"
+    cascade: bool = False
+    cache: bool = True
+    cache_ttl: Literal["5m", "1h"] | None = None
+    overflow: ProviderError | None = None
+    work_done_token: str | None = None
+
+
+@attrs.define
+class RenderResult:
+    request: Json
+    tokens: Json
+    events: list[Json]
+
+
+@attrs.define
+class MeasureResult:
+    total: int
+    window: int
+    limit: int
+    free: int
+    output_reserve: int
+    categories: dict[str, int]
+    threshold: int
+    advice: str | None
+    turns: int
+    turns_shown: int
+
+
+@attrs.define
+class CompactParams:
+    """/compact: summarize now (Tier 4), shaped by `instructions`."""
+
+    session_id: str
+    branch: str | None = None
+    instructions: str | None = None
+    model: str | None = None
+    window: int | None = None
+    max_output_tokens: int | None = None
+    system: str | list[Json] | None = None
+    tools: list[Json] | None = None
+    format: Format = "anthropic"
+    work_done_token: str | None = None
+
+
+@attrs.define
+class CompactResult:
+    applied: bool
+    tokens_before: int
+    tokens_after: int
+    reason: str | None
+    provider: str | None
+    covered_turns: int
+
+
+@attrs.define
+class SnipParams:
+    session_id: str
+    branch: str | None = None
+    target_tokens: int | None = None
+    model: str | None = None
+    window: int | None = None
+    max_output_tokens: int | None = None
+    system: str | list[Json] | None = None
+    tools: list[Json] | None = None
+    format: Format = "anthropic"
+
+
+@attrs.define
+class SnipResult:
+    applied: bool
+    removed_turns: int
+    tokens_before: int
+    tokens_after: int
+    reason: str | None
+
+
+@attrs.define
+class UncollapseParams:
+    session_id: str
+    collapse_id: str
+
+
+@attrs.define
+class UncollapseResult:
+    applied: bool
+    record_id: str | None
+
+
+@attrs.define
+class ReportUsageParams:
+    """What the provider said about the last rendered request: its usage, the context edits
+    it applied, or the error it returned (a prompt-too-long error triggers Tier 5 on the next
+    render)."""
+
+    session_id: str
+    model: str
+    usage: Json | None = None
+    error: ProviderError | None = None
+    applied_edits: list[Json] | None = None
+    branch: str | None = None
+
+
+@attrs.define
+class ReportUsageResult:
+    calibration: float
+    reported_tokens: int | None
+    estimated_tokens: int | None
+    overflow: bool
+    limit_tokens: int | None
+
+
+@attrs.define
+class StatusParams:
+    pass
+
+
+@attrs.define
+class StatusResult:
+    version: str
+    data_dir: str
+    loaded_sessions: list[str]
+    summary_provider: str | None
+    idle_seconds: float
+
+
+# ---- daemon -> client -----------------------------------------------------------------------
+
+
+@attrs.define
+class CompactedNotification:
+    """A tier changed the context (or tried and said why not)."""
+
+    session_id: str
+    tier: str
+    applied: bool
+    tokens_before: int
+    tokens_after: int
+    reason: str
+    record_ids: list[str]
+    details: Json
+
+
+@attrs.define
+class SessionChangedNotification:
+    """Another process appended to a session this daemon has loaded."""
+
+    session_id: str
+    seq: int
+    events: int
+    heads: dict[str, str | None]
+
+
+@attrs.define
+class SessionIdleNotification:
+    session_id: str
+    idle_seconds: float
+    cleared: int
+
+
+@attrs.define
+class SummarizeParams:
+    """The daemon asks its client to run a summary with the client's own model."""
+
+    session_id: str
+    purpose: str
+    system: str
+    prompt: str
+    max_output_tokens: int
+
+
+@attrs.define
+class SummarizeResult:
+    text: str
+    model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+METHODS: dict[str, tuple[type, type]] = {
+    "session/open": (OpenParams, OpenResult),
+    "session/list": (ListParams, ListResult),
+    "session/get": (GetParams, dict),
+    "session/append": (AppendParams, AppendResult),
+    "session/toolResult": (ToolResultParams, HeadResult),
+    "session/branch": (BranchParams, BranchResult),
+    "session/checkout": (CheckoutParams, BranchResult),
+    "session/import": (ImportParams, ImportResult),
+    "function/start": (FunctionStartParams, FunctionStartResult),
+    "function/complete": (FunctionCompleteParams, HeadResult),
+    "context/render": (RenderParams, RenderResult),
+    "context/measure": (RenderParams, MeasureResult),
+    "context/compact": (CompactParams, CompactResult),
+    "context/snip": (SnipParams, SnipResult),
+    "context/uncollapse": (UncollapseParams, UncollapseResult),
+    "context/reportUsage": (ReportUsageParams, ReportUsageResult),
+    "daemon/status": (StatusParams, StatusResult),
+}
+
+NOTIFICATIONS: dict[str, type] = {
+    "context/compacted": CompactedNotification,
+    "session/changed": SessionChangedNotification,
+    "session/idle": SessionIdleNotification,
+}
+
+SERVER_REQUESTS: dict[str, tuple[type, type]] = {
+    "context/summarize": (SummarizeParams, SummarizeResult),
+}
