@@ -424,6 +424,38 @@ class Engine:
         session.add_records([{"kind": USAGE, "covers": [], "data": data}])
         return self.calibration(session).ratio(model), reported, estimated
 
+    # ---- inspection ---------------------------------------------------------------------------
+
+    def inspect(
+        self, session_id: str, node_id: str | None = None, branch: str | None = None
+    ) -> dict[str, Any]:
+        session = self.session(session_id)
+        g = session.graph
+        if node_id is not None:
+            node = g.node(node_id)
+            return {
+                "sessionId": g.session_id,
+                "node": node_view(g, node),
+                "children": [node_view(g, c) for c in children_of(g, node)],
+            }
+        path = g.branch_path(branch)
+        return {
+            "sessionId": g.session_id,
+            "branch": branch or g.current_branch,
+            "head": path.head,
+            "currentBranch": g.current_branch,
+            "branches": dict(g.branches),
+            "config": g.config,
+            "meta": g.meta,
+            "lastActivity": g.last_activity,
+            "nodes": [node_view(g, g.nodes[i], with_calls=True) for i in path.ids],
+            "records": [r.to_json() | {"seq": r.seq, "ts": r.ts} for r in g.records],
+            "load": {
+                "tornTail": session.report.torn_tail,
+                "badLines": list(session.report.bad_lines),
+            },
+        }
+
 
 def children_of(g: Graph, node: Node) -> list[Node]:
     """The nodes hanging directly under `node`: calls, a bound function, a function's thread."""
