@@ -107,7 +107,12 @@ def run(run: Run) -> Generator[SummaryNeeded, SummaryResult | SummaryFailure, No
                 "reason": f"over {int(policy.collapse_commit * 100)}% of the budget: "
                 f"collapsed {len(seg)} turns into a segment summary",
                 "recordIds": [],
-                "details": {"turns": len(seg), "calls": usage.get("calls", 0)},
+                "details": {
+                    "turns": len(seg),
+                    "calls": usage.get("calls", 0),
+                    "inputTokens": usage.get("inputTokens", 0),
+                    "outputTokens": usage.get("outputTokens", 0),
+                },
             },
         )
         if run.total >= before:

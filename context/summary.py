@@ -429,6 +429,8 @@ def run(
                 "coveredTurns": len(rng.turns),
                 "provider": run.provider,
                 "calls": usage.get("calls", 0),
+                "inputTokens": usage.get("inputTokens", 0),
+                "outputTokens": usage.get("outputTokens", 0),
                 "reused": prepared is not None,
                 "manual": manual,
             },
@@ -442,3 +444,33 @@ def run(
             f"no gain: with the summary the request would need {after:,} tokens, "
             f"not fewer than {before:,}; nothing was written",
         )
+
+
+def prepare(run: Run) -> Generator[SummaryNeeded, SummaryResult | SummaryFailure, bool]:
+    """Background preparation: summarize the range the next Tier 4 would replace and keep the
+    result in memory (`Engine.keep_prepared`); nothing is written."""
+    policy = run.policy
+    proj = run.rendered.projection
+    rng = select_replaceable_range(run.graph, run.path, proj, policy.summary_keep_turns)
+    if rng is None or not rng.new_turns:
+        return False
+    inp = build_input(run.graph, run.path, proj, run.rendered.conversation, rng, run.engine.counter)
+    model = policy.summary_model or None
+    try:
+        text, usage = yield from generate(
+            run,
+            inp,
+            purpose="rolling",
+            system=system_prompt(None),
+            max_output=policy.summary_max_tokens,
+            model=model,
+        )
+    except SummaryFailed:
+        return False
+    run.engine.keep_prepared(
+        run.session.id,
+        inp.digest,
+        model,
+        SummaryResult(text=text, model=str(usage.get("model") or "")),
+    )
+    return True
