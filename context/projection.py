@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from .graph import Graph, Path, Record
+from .graph import Graph, Node, Path, Record
 from .turns import Turn, is_complete
 
 # record kinds (the log's vocabulary)
@@ -116,16 +116,27 @@ _TURN_KINDS = frozenset({SUMMARY, COLLAPSE, SNIP})
 def protected_starts(graph: Graph, path: Path) -> tuple[frozenset[str], str | None]:
     """Start ids of the turns of `path` no record may hide — the active (last) turn and every
     turn holding a running function — and, apart, the latest complete turn (which only the
-    rolling summary may take), found without walking every turn."""
+    rolling summary may take), found without walking every turn.
+
+    The last turn counts as complete once it has been: once an assistant message in it ended
+    without tool calls. `turns.is_complete` turns false again when the agent carries on in the
+    same turn (a hook's meta message, another tool loop), which would make the previous turn
+    the latest complete one again — and un-hide it, breaking the cache on a plain append, then
+    hide it again when the turn settles. Protection must only ever move forward."""
     bounds = path.turn_bounds()
     if not bounds:
         return frozenset(), None
     ids = path.line.ids
     out = {ids[bounds[-1][0]]}
     latest: str | None = None
-    for i in range(len(bounds) - 1, -1, -1):
+    last = len(bounds) - 1
+    for i in range(last, -1, -1):
         start, end = bounds[i]
-        if is_complete(graph, path, Turn(i, start, end, ids[start], True)):
+        if i == last:
+            done = any(_answered_at(graph, graph.nodes[n]) for n in ids[start:end])
+        else:
+            done = is_complete(graph, path, Turn(i, start, end, ids[start], True))
+        if done:
             latest = ids[start]
             break
     if graph.running:
@@ -135,6 +146,12 @@ def protected_starts(graph: Graph, path: Path) -> tuple[frozenset[str], str | No
             if at is not None:
                 out.add(ids[starts[bisect.bisect_right(starts, at) - 1]])
     return frozenset(out), latest
+
+
+def _answered_at(graph: Graph, node: Node) -> bool:
+    """An assistant message that ended without tool calls: the turn was complete there
+    (functions it started later do not count; a running one protects its turn anyway)."""
+    return node.kind == "assistant" and not any(graph.nodes[c].kind == "tool" for c in node.calls)
 
 
 def _thread_index(graph: Graph, node_id: str, path: Path) -> int | None:
