@@ -22,6 +22,7 @@ from tests.engine.helpers import (
     tool_results,
     user,
 )
+from tests.support.invariants import strip_cache_control
 
 
 def _session(engine: Engine, sid: str, n: int = 6) -> None:
@@ -145,3 +146,18 @@ def test_no_record_hides_a_running_function(engine: Engine) -> None:
     engine.session("run").function_complete(fid, "finished")
     req = render(engine, "run").request
     assert "would hide" in str(req) and _asks(req) == ["t3 ask", "t4 ask"]
+
+
+def test_protection_only_moves_forward(engine: Engine) -> None:
+    """A snip of the turn before a finished one stays in force when the agent carries on in
+    that finished turn (a hook's meta message, another tool loop): the render only grows."""
+    _session(engine, "fwd", 4)
+    _record(engine, "fwd", "snip", [2])
+    before = strip_cache_control(render(engine, "fwd").request)["messages"]
+    assert _asks({"messages": before}) == ["t0 ask", "t1 ask", "t3 ask"]
+    engine.append("fwd", messages=[user("stop hook: keep going", meta=True)])
+    engine.append("fwd", messages=[assistant("more", call("again"))])
+    engine.append("fwd", messages=[results(result("again"))])
+    after = strip_cache_control(render(engine, "fwd").request)["messages"]
+    assert _asks({"messages": after}) == ["t0 ask", "t1 ask", "t3 ask"]
+    assert after[: len(before)] == before
