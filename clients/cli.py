@@ -118,6 +118,12 @@ async def cmd_demo(ns: argparse.Namespace, client: CompactdClient) -> int:
     return 0
 
 
+async def cmd_replay(ns: argparse.Namespace, client: CompactdClient) -> int:
+    from .replay import run_replay
+
+    return await run_replay(ns, client)
+
+
 def _session_args(p: argparse.ArgumentParser, budget: bool = True) -> None:
     p.add_argument("session")
     p.add_argument("--branch")
@@ -193,6 +199,14 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="import a transcript and show its context panel")
     p.add_argument("path")
     p.add_argument("--window", type=int, default=200_000)
+    from .replay import add_arguments as add_replay_arguments
+
+    add_replay_arguments(
+        sub.add_parser(
+            "replay",
+            help="replay a transcript under the cascade, priced with the provider's cache rules",
+        )
+    )
     return top
 
 
@@ -204,6 +218,7 @@ COMMANDS: dict[str, Command] = {
     "snip": cmd_snip,
     "compact": cmd_compact,
     "demo": cmd_demo,
+    "replay": cmd_replay,
 }
 
 

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
 
 from lsprotocol.types import WorkDoneProgressBegin, WorkDoneProgressEnd, WorkDoneProgressReport
 
 from ..context.cascade import Drive, Outcome, SummaryNeeded
-from ..context.engine import RenderParams
+from ..context.engine import Engine, RenderParams
 from ..context.errors import InvalidContent, ProviderFailure
 from ..context.reactive import parse_overflow
 from ..context.render.request import Rendered
+from ..context.replay import ReplayOptions, replay
+from ..context.store import Store
 from ..context.summarize import SummaryFailure, SummaryResult
-from ..protocol.types import CompactResult, ProviderError
+from ..protocol.types import CompactResult, ProviderError, ReplayParams
 from .app import App
 
 log = logging.getLogger("compactd.daemon")
@@ -148,3 +151,39 @@ async def prepare_summary(app: App, session_id: str, params: RenderParams) -> bo
         except BaseException:
             gen.close()
             raise
+
+
+async def replay_transcript(app: App, p: ReplayParams) -> dict[str, Any]:
+    """`session/replay`: the replay runs in a scratch store of its own (the user's sessions
+    are not touched), answering summary requests with the chosen provider."""
+    from ..context.importers import load_transcript
+
+    sessions = load_transcript(p.path)
+    if not 0 <= p.index < len(sessions):
+        raise InvalidContent(
+            f"the transcript holds {len(sessions)} session(s); index {p.index} does not exist",
+            field="index",
+        )
+    provider = p.summary_provider or app.engine.summary_provider
+    options = ReplayOptions(
+        window=p.window,
+        reserve=p.reserve,
+        ttl=p.ttl,
+        config=dict(p.config or {}),
+        baseline=p.baseline,
+    )
+    with tempfile.TemporaryDirectory(prefix="compactd-replay-") as scratch:
+        engine = Engine(Store(scratch), defaults=app.engine.defaults, summary_provider=provider)
+        gen = replay(engine, sessions[p.index], options)
+        async with progress(app, p.work_done_token, "compactd: replaying") as report:
+            try:
+                need = next(gen)
+                while True:
+                    report(f"{need.tier} summary")
+                    need = gen.send(await answer_one(app, "replay", provider, need))
+            except StopIteration as stop:
+                result = stop.value
+            except BaseException:
+                gen.close()
+                raise
+    return result.to_json()

@@ -11,7 +11,7 @@ from ..context.visibility import ViewOptions
 from ..protocol import methods as m
 from ..protocol import types as t
 from .app import App
-from .compaction import compact, render_with_cascade
+from .compaction import compact, render_with_cascade, replay_transcript
 from .server import CompactdServer, rpc
 
 
@@ -189,6 +189,10 @@ def register(server: CompactdServer, app: App) -> None:
         return t.ReportUsageResult(
             report.ratio, report.reported, report.estimated, report.overflow, report.limit
         )
+
+    @rpc(server, m.SESSION_REPLAY, t.ReplayParams)
+    async def session_replay(ls: CompactdServer, p: t.ReplayParams) -> dict[str, Any]:
+        return await replay_transcript(app, p)
 
     @rpc(server, m.DAEMON_STATUS, t.StatusParams)
     def status(ls: CompactdServer, p: t.StatusParams) -> t.StatusResult:

@@ -297,6 +297,23 @@ class ReportUsageResult:
 
 
 @attrs.define
+class ReplayParams:
+    """Replay a transcript under the cascade, in a scratch store (nothing is kept), and price
+    every request with the provider's cache rules; also for "no management" and, when the
+    transcript records usage, for the recorded run."""
+
+    path: str
+    window: int | None = None
+    reserve: int | None = None
+    ttl: Literal["5m", "1h"] = "5m"
+    summary_provider: Literal["anthropic", "client", "digest"] | None = None
+    config: Json | None = None
+    baseline: bool = True
+    index: int = 0
+    work_done_token: str | None = None
+
+
+@attrs.define
 class StatusParams:
     pass
 
@@ -381,6 +398,7 @@ METHODS: dict[str, tuple[type, type]] = {
     "context/uncollapse": (UncollapseParams, UncollapseResult),
     "context/reportUsage": (ReportUsageParams, ReportUsageResult),
     "daemon/status": (StatusParams, StatusResult),
+    "session/replay": (ReplayParams, dict),
 }
 
 NOTIFICATIONS: dict[str, type] = {

@@ -1,0 +1,112 @@
+"""Prompt-cache pricing with Anthropic's rules (notes/anthropic-api.md §4), for `replay`.
+
+A request is a sequence of blocks (tools, system blocks, message blocks), each a content key
+and a token count. A request reads from the cache the longest earlier request that is an exact
+block-prefix of it and is still alive (0.1× the base input price), writes the rest (1.25×, or
+2× with a 1-hour TTL), and both it and the request it read from stay alive for a TTL from this
+request's time (a hit refreshes). Prices are in input-token equivalents: one uncached input
+token costs 1. Summary calls pay their own input (reading a shared prefix when they share it)
+and their output at 5×.
+
+Pure and deterministic: no clock, no I/O — the caller passes each request's time.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+READ = 0.1
+WRITE_5M = 1.25
+WRITE_1H = 2.0
+OUTPUT = 5.0
+TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
+
+Block = tuple[bytes, int]  # (content key, tokens)
+
+
+@attrs.frozen
+class Charge:
+    """What one request cost."""
+
+    tokens: int
+    read: int  # tokens read from the cache
+    written: int  # tokens written to the cache
+    uncached: int  # tokens neither read nor cached (below the minimum cacheable prefix)
+    output: int = 0
+    write_price: float = WRITE_5M
+
+    @property
+    def cost(self) -> float:
+        return (
+            self.read * READ
+            + self.written * self.write_price
+            + self.uncached
+            + self.output * OUTPUT
+        )
+
+
+@attrs.define
+class _Entry:
+    keys: tuple[bytes, ...]
+    cumulative: list[int]  # tokens up to and including block i
+    expires: float
+
+
+class CacheModel:
+    """The provider's cache as seen by one client, request after request."""
+
+    def __init__(self, ttl: str = "5m", min_prefix_tokens: int = 1024) -> None:
+        if ttl not in TTL_SECONDS:
+            raise ValueError(f"ttl must be one of {sorted(TTL_SECONDS)}")
+        self.ttl = ttl
+        self.ttl_seconds = TTL_SECONDS[ttl]
+        self.write_price = WRITE_1H if ttl == "1h" else WRITE_5M
+        self.min_prefix_tokens = min_prefix_tokens
+        self.entries: list[_Entry] = []
+
+    def request(self, blocks: list[Block], at: float, output_tokens: int = 0) -> Charge:
+        """Price one request sent at time `at` (seconds), then remember it."""
+        keys = tuple(k for k, _ in blocks)
+        cumulative: list[int] = []
+        running = 0
+        for _, tokens in blocks:
+            running += tokens
+            cumulative.append(running)
+        total = running
+        self.entries = [e for e in self.entries if e.expires > at]
+        best: _Entry | None = None
+        best_len = 0
+        for entry in self.entries:
+            n = len(entry.keys)
+            if n <= len(keys) and n > best_len and keys[:n] == entry.keys:
+                best, best_len = entry, n
+        read = cumulative[best_len - 1] if best_len else 0
+        if best is not None:
+            best.expires = at + self.ttl_seconds
+        rest = total - read
+        if total >= self.min_prefix_tokens:
+            written, uncached = rest, 0
+            self.entries.append(_Entry(keys, cumulative, at + self.ttl_seconds))
+        else:
+            written, uncached = 0, rest
+        return Charge(total, read, written, uncached, output_tokens, self.write_price)
+
+    def summary_call(self, blocks: list[Block], at: float, output_tokens: int) -> Charge:
+        """A summary request: its input like any request (reading a shared prefix if any),
+        its output at the output price."""
+        return self.request(blocks, at, output_tokens)
+
+
+def price_uncached(tokens: int, output_tokens: int = 0) -> float:
+    """What a request costs with no cache at all."""
+    return tokens + output_tokens * OUTPUT
+
+
+def price_recorded(usage: dict[str, int], ttl: str = "5m") -> float:
+    """A recorded request's cost from the usage the provider reported."""
+    write = WRITE_1H if ttl == "1h" else WRITE_5M
+    return (
+        int(usage.get("input_tokens") or 0)
+        + int(usage.get("cache_creation_input_tokens") or 0) * write
+        + int(usage.get("cache_read_input_tokens") or 0) * READ
+    )
