@@ -19,7 +19,7 @@ from lsprotocol.types import WorkDoneProgressBegin, WorkDoneProgressEnd, WorkDon
 from ..context.cascade import Drive, Outcome, SummaryNeeded
 from ..context.engine import Engine, RenderParams
 from ..context.errors import InvalidContent, ProviderFailure
-from ..context.reactive import parse_overflow
+from ..context.reactive import Overflow, parse_overflow
 from ..context.render.request import Rendered
 from ..context.replay import ReplayOptions, replay
 from ..context.store import Store
@@ -93,9 +93,11 @@ async def render_with_cascade(
     session_id: str,
     params: RenderParams,
     overflow: ProviderError | None,
+    reported: Overflow | None,
     token: str | None,
 ) -> tuple[Rendered, list[dict[str, Any]]]:
-    reported = app.engine.take_overflow(session_id)
+    """The cascade for one render; `overflow` (given with the render) takes precedence over
+    `reported` (what `context/reportUsage` kept for this render)."""
     parsed = parse_overflow(overflow.status, overflow.message) if overflow else reported
     if overflow is not None and parsed is None:
         raise InvalidContent(

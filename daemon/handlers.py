@@ -121,9 +121,12 @@ def register(server: CompactdServer, app: App) -> None:
         session = app.session(p.session_id)
         params = engine_params(p)
         app.last_params[session.id] = params
-        if p.cascade or p.overflow is not None:
+        # an overflow the client reported makes this render run Tier 5 even without `cascade`:
+        # the same request would only be rejected again
+        reported = engine.take_overflow(session.id)
+        if p.cascade or p.overflow is not None or reported is not None:
             rendered, events = await render_with_cascade(
-                app, session.id, params, p.overflow, p.work_done_token
+                app, session.id, params, p.overflow, reported, p.work_done_token
             )
         else:
             rendered, events = engine.render(session.id, params), []
