@@ -25,7 +25,7 @@ import attrs
 
 from .graph import Graph, Path
 from .projection import CLEAR, Projection
-from .tool_aging.policy import Policy, is_compactable
+from .tool_aging.policy import CLEARED_PLACEHOLDER, Policy, is_compactable
 
 CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
 CLEAR_EDIT = "clear_tool_uses_20250919"
@@ -66,7 +66,12 @@ def candidates(graph: Graph, path: Path, proj: Projection, policy: Policy) -> Ca
         else set()
     )
     clearable = [
-        c for c in compactable if c not in keep and c not in proj.cleared and c not in proj.evidence
+        c
+        for c in compactable
+        if c not in keep
+        and c not in proj.cleared
+        and c not in proj.evidence
+        and larger_than_placeholder(graph.nodes[c].result)
     ]
     last = None
     for rec in proj.applied:
@@ -75,6 +80,18 @@ def candidates(graph: Graph, path: Path, proj: Projection, policy: Policy) -> Ca
             if isinstance(at, int) and (last is None or at > last):
                 last = at
     return Candidates(len(calls), clearable, last)
+
+
+def larger_than_placeholder(result: Any) -> bool:
+    """Clearing only pays when the result is bigger than the placeholder that replaces it: a
+    short result ("No files found") would grow the request and still break the cache."""
+    if isinstance(result, str):
+        return len(result) > len(CLEARED_PLACEHOLDER)
+    if isinstance(result, list):
+        if any(not isinstance(b, dict) or b.get("type") != "text" for b in result):
+            return True  # images and documents are always worth clearing
+        return sum(len(b.get("text", "")) for b in result) > len(CLEARED_PLACEHOLDER)
+    return False
 
 
 def _hidden_nodes(graph: Graph, path: Path, proj: Projection) -> set[str]:
