@@ -326,8 +326,14 @@ def generate(
         calls += 1
         usage["calls"] = calls
         if isinstance(answer, SummaryFailure):
-            if answer.kind in ("prompt_too_long", "too_large") and budget > MIN_CHUNK_TOKENS:
-                budget = max(MIN_CHUNK_TOKENS, budget // 2)
+            sent = sum(inp.line_tokens[lo:hi])
+            if (
+                answer.kind in ("prompt_too_long", "too_large")
+                and min(budget, sent) > MIN_CHUNK_TOKENS
+            ):
+                # halve what was actually sent: halving a budget the chunk did not fill would
+                # send the very same prompt again
+                budget = max(MIN_CHUNK_TOKENS, min(budget, sent) // 2)
                 chunks = chunks[: chunks.index((lo, hi))] + chunk_lines(inp, budget, lo)
                 continue
             raise SummaryFailed(f"the {purpose} summary failed: {answer}")
