@@ -1,0 +1,84 @@
+"""The cache model on hand-made request sequences (Anthropic's rules, notes §4)."""
+
+from __future__ import annotations
+
+import pytest
+from compactd.context.cache_model import READ, WRITE_1H, WRITE_5M, CacheModel, price_recorded
+
+
+def blocks(*sizes: int, tag: str = "b") -> list[tuple[bytes, int]]:
+    return [(f"{tag}{i}".encode(), n) for i, n in enumerate(sizes)]
+
+
+def test_first_request_writes_everything() -> None:
+    cache = CacheModel("5m", min_prefix_tokens=0)
+    charge = cache.request(blocks(1000, 2000), at=0)
+    assert (charge.read, charge.written, charge.uncached) == (0, 3000, 0)
+    assert charge.cost == pytest.approx(3000 * WRITE_5M)
+
+
+def test_append_only_rereads_everything_but_the_new_tail() -> None:
+    cache = CacheModel("5m", min_prefix_tokens=0)
+    cache.request(blocks(1000, 2000), at=0)
+    charge = cache.request(blocks(1000, 2000, 500), at=10)
+    assert (charge.read, charge.written) == (3000, 500)
+    assert charge.cost == pytest.approx(3000 * READ + 500 * WRITE_5M)
+    third = cache.request(blocks(1000, 2000, 500, 700), at=20)
+    assert (third.read, third.written) == (3500, 700)
+
+
+def test_a_change_at_position_p_rewrites_from_p() -> None:
+    cache = CacheModel("5m", min_prefix_tokens=0)
+    cache.request(blocks(1000), at=0)  # the session grew request by request
+    cache.request(blocks(1000, 2000), at=1)
+    cache.request(blocks(1000, 2000, 3000), at=2)
+    changed = blocks(1000, 2000, 3000)
+    changed[1] = (b"cleared", 20)
+    charge = cache.request(changed, at=5)
+    assert (charge.read, charge.written) == (1000, 3020)
+
+
+def test_a_gap_longer_than_the_ttl_rewrites_all() -> None:
+    cache = CacheModel("5m", min_prefix_tokens=0)
+    cache.request(blocks(1000, 2000), at=0)
+    charge = cache.request(blocks(1000, 2000, 10), at=301)
+    assert (charge.read, charge.written) == (0, 3010)
+
+
+def test_a_hit_refreshes_the_ttl() -> None:
+    cache = CacheModel("5m", min_prefix_tokens=0)
+    cache.request(blocks(1000), at=0)
+    assert cache.request(blocks(1000, 5), at=250).read == 1000  # refreshes until 550
+    assert cache.request(blocks(1000, 5, 5), at=500).read == 1005
+
+
+def test_one_hour_ttl_costs_more_to_write_and_lives_longer() -> None:
+    cache = CacheModel("1h", min_prefix_tokens=0)
+    first = cache.request(blocks(1000), at=0)
+    assert first.cost == pytest.approx(1000 * WRITE_1H)
+    assert cache.request(blocks(1000, 1), at=3000).read == 1000
+    with pytest.raises(ValueError):
+        CacheModel("2h")
+
+
+def test_short_prompts_are_not_cached() -> None:
+    cache = CacheModel("5m", min_prefix_tokens=1024)
+    charge = cache.request(blocks(100, 200), at=0)
+    assert (charge.written, charge.uncached) == (0, 300)
+    assert cache.request(blocks(100, 200, 5), at=1).read == 0
+
+
+def test_summary_calls_pay_output_at_five_times() -> None:
+    cache = CacheModel("5m", min_prefix_tokens=0)
+    charge = cache.summary_call(blocks(400, tag="s"), at=0, output_tokens=100)
+    assert charge.cost == pytest.approx(400 * WRITE_5M + 100 * 5)
+
+
+def test_recorded_usage_prices_the_three_fields() -> None:
+    usage = {
+        "input_tokens": 10,
+        "cache_creation_input_tokens": 100,
+        "cache_read_input_tokens": 1000,
+    }
+    assert price_recorded(usage) == pytest.approx(10 + 125 + 100)
+    assert price_recorded(usage, "1h") == pytest.approx(10 + 200 + 100)
