@@ -16,7 +16,9 @@ class CompactdRpcError(JsonRpcException):
     """A compactd error on the wire: code from `protocol.errors`, `data.kind` its name."""
 
     def __init__(self, kind: str, message: str, data: dict[str, Any] | None = None) -> None:
-        super().__init__(message=message, code=code_for(kind), data={"kind": kind, **(data or {})})
+        # `kind` is the error's stable name (protocol/errors.py); an engine detail that happens
+        # to be called `kind` (a node kind) must not replace it — the message names it anyway
+        super().__init__(message=message, code=code_for(kind), data={**(data or {}), "kind": kind})
 
 
 def to_rpc_error(exc: BaseException) -> JsonRpcException:
