@@ -92,12 +92,40 @@ def make_converter() -> cattrs.Converter:
 CONVERTER = make_converter()
 
 
+MAX_DEPTH = 128
+"""How deeply params may nest. The daemon stores and answers with orjson, which refuses
+values nested deeper than 255 levels: deeper params could be neither written to a session log
+nor sent back, so they are rejected here, naming the field, before anything happens."""
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def structure(raw: Any, cls: type[T], method: str = "") -> T:
     """`raw` params as `cls`, or `ParamsError` naming each bad field (camelCase, as sent)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise ParamsError(f"params of {method or cls.__name__} must be an object")
+    for key, value in raw.items():
+        if _too_deep(value, MAX_DEPTH - 1):
+            raise ParamsError(
+                f"invalid params for {method or cls.__name__}: nested deeper than {MAX_DEPTH} "
+                f"levels @ params.{key}"
+            )
     try:
         return CONVERTER.structure(raw, cls)
     except cattrs.BaseValidationError as exc:
