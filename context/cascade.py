@@ -352,6 +352,9 @@ def _snip(run: Run, target: int | None = None, reason: str = "over threshold") -
         run.note("snip", "snip is disabled for this session")
         return
     start = run.total
+    if start <= goal:
+        run.note("snip", f"already under the target ({start:,} ≤ {goal:,} tokens); nothing removed")
+        return
     chosen_all: list[Any] = []
     for _ in range(64):  # every pass removes at least one turn; bounded all the same
         if run.total <= goal:
