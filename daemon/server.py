@@ -64,7 +64,10 @@ class CompactdProtocol(LanguageServerProtocol):
         self.writer.write(header + body)  # our stdio writer is synchronous
 
     def send_error(self, msg_id: Any, error: JsonRpcException) -> None:
-        self._send_response(msg_id, error=error.to_response_error())
+        """An error answer that always carries `id` (null when the request's id could not be
+        read), as JSON-RPC 2.0 requires; the converter would drop a null id altogether."""
+        body = self._converter.unstructure(error.to_response_error())
+        self._send_data({"jsonrpc": "2.0", "id": msg_id, "error": body})
 
 
 def _fallback(value: Any) -> Any:
