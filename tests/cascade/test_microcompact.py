@@ -1,0 +1,365 @@
+"""Tier 1 — Microcompact: the count trigger (50, then every 25), keep-recent, the idle trigger,
+the window forcing a clear, and the cache-aware path through the real SDK and the fake API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import orjson
+import pytest
+from compactd.context.engine import Engine
+from compactd.context.microcompact import CLEAR_EDIT, CONTEXT_MANAGEMENT_BETA
+from compactd.context.store import Store
+from compactd.context.tool_aging.policy import CLEARED_PLACEHOLDER
+
+from tests.cascade.helpers import (
+    MODEL,
+    THRESHOLD,
+    assistant,
+    cascade,
+    check_wire,
+    covered_use_ids,
+    filler,
+    messages_bytes,
+    open_session,
+    params,
+    record_by_id,
+    records,
+    result_blocks,
+    results,
+    tool_result,
+    tool_use,
+    user,
+)
+from tests.support.fake_anthropic import FakeAnthropic
+
+BIG = 200_000
+SHORT = "No files found"  # shorter than the placeholder: clearing it would only grow the request
+
+
+def call_kind(k: int) -> tuple[str, str]:
+    """The k-th call of the synthetic agent (1-based): mostly Reads, every 7th a TodoWrite
+    (not compactable), every 11th a Grep that found nothing (too short to be worth clearing)."""
+    if k % 7 == 0:
+        return "TodoWrite", filler(f"todo{k}", 60)
+    if k % 11 == 0:
+        return "Grep", SHORT
+    return "Read", filler(f"read{k}", 60)
+
+
+def add_call(engine: Engine, sid: str, k: int, kind: tuple[str, str] | None = None) -> str:
+    name, content = kind or call_kind(k)
+    use_id = f"toolu_{k:03d}"
+    engine.append(
+        sid,
+        messages=[
+            assistant(f"step {k}", tool_use(use_id, name)),
+            results(tool_result(use_id, content)),
+        ],
+    )
+    return use_id
+
+
+def expected_cleared(upto: int, keep: int = 5) -> set[str]:
+    """Every compactable result but the `keep` newest, skipping results too short to clear."""
+    compactable = [k for k in range(1, upto + 1) if call_kind(k)[0] in ("Read", "Grep")]
+    kept = set(compactable[-keep:]) if keep else set()
+    return {f"toolu_{k:03d}" for k in compactable if k not in kept and call_kind(k)[0] == "Read"}
+
+
+def placeholders(request: dict[str, Any]) -> set[str]:
+    return {i for i, b in result_blocks(request).items() if b["content"] == CLEARED_PLACEHOLDER}
+
+
+def test_count_trigger_fires_at_50_then_every_25_keeping_the_5_newest(engine: Engine) -> None:
+    sid = open_session(engine, {"microcompactWarm": "apply"})
+    engine.append(sid, messages=[user("one long agentic task")])
+    p = params(BIG)
+    fired: dict[int, dict[str, Any]] = {}
+    for k in range(1, 81):
+        add_call(engine, sid, k)
+        out = cascade(engine, sid, p)
+        check_wire(out.rendered)
+        applied = [e for e in out.events if e["applied"]]
+        if applied:
+            assert [e["tier"] for e in applied] == ["microcompact"]
+            fired[k] = applied[0]
+        # everything cleared so far shows the placeholder; the rest is verbatim
+        last = max((n for n in fired if n <= k), default=0)
+        assert placeholders(out.rendered.request) == (expected_cleared(last) if last else set())
+    assert sorted(fired) == [50, 75]
+    for k, event in fired.items():
+        rec = record_by_id(engine, sid, event["recordIds"][0])
+        assert rec.kind == "clear"
+        assert rec.data == {"mode": "time", "trigger": "count", "atCalls": k}
+        assert event["details"]["trigger"] == "count"
+        assert event["tokensAfter"] < event["tokensBefore"]
+    first, second = records(engine, sid, "clear")
+    assert covered_use_ids(engine, sid, first) == expected_cleared(50)
+    assert covered_use_ids(engine, sid, second) == expected_cleared(75) - expected_cleared(50)
+    # the single turn is the active one: clears reach into it, all but the 5 newest results
+    final = result_blocks(out.rendered.request)
+    newest = [f"toolu_{k:03d}" for k in range(1, 81) if call_kind(k)[0] in ("Read", "Grep")][-5:]
+    for use_id in newest:
+        assert final[use_id]["content"] != CLEARED_PLACEHOLDER
+    todo = [f"toolu_{k:03d}" for k in range(1, 81) if call_kind(k)[0] == "TodoWrite"]
+    assert all(final[t]["content"] != CLEARED_PLACEHOLDER for t in todo)
+
+
+def test_keep_recent_is_configurable(engine: Engine) -> None:
+    sid = open_session(engine, {"microcompactWarm": "apply", "microcompactKeepRecent": 2})
+    engine.append(sid, messages=[user("task")])
+    for k in range(1, 51):
+        add_call(engine, sid, k)
+    out = cascade(engine, sid, params(BIG))
+    assert placeholders(out.rendered.request) == expected_cleared(50, keep=2)
+
+
+def test_count_trigger_defers_while_warm_then_clears_with_the_forced_change(
+    engine: Engine,
+) -> None:
+    sid = open_session(engine)
+    engine.append(sid, messages=[user("task")])
+    for k in range(1, 56):
+        add_call(engine, sid, k)
+    before = engine.render(sid, params(BIG)).request
+    out = cascade(engine, sid, params(BIG))
+    (event,) = out.events
+    assert event["tier"] == "microcompact" and not event["applied"]
+    assert event["reason"].startswith("deferred")
+    assert records(engine, sid, "clear") == []
+    assert messages_bytes(out.rendered.request) == messages_bytes(before)
+    # the same session rendered for a window it does not fit: the deferred clear is applied now
+    small = params(window=20_000)  # limit 15,000, threshold 12,750
+    assert engine.render(sid, small).total > 12_750
+    out = cascade(engine, sid, small)
+    applied = [e for e in out.events if e["applied"]]
+    assert [e["tier"] for e in applied] == ["microcompact"]
+    assert applied[0]["details"]["trigger"] == "count"
+    assert placeholders(out.rendered.request) == expected_cleared(55)
+    assert out.rendered.total <= 12_750
+
+
+def over_threshold_session(engine: Engine, config: dict[str, Any] | None = None) -> str:
+    """20 calls (under the count trigger) whose results put the request over 85 %."""
+    sid = open_session(engine, config)
+    engine.append(sid, messages=[user("read the whole module")])
+    for k in range(20):
+        use_id = f"toolu_{k:03d}"
+        content = SHORT if k % 4 == 1 else filler(f"part{k}", 360)
+        engine.append(
+            sid,
+            messages=[
+                assistant(f"part {k}", tool_use(use_id, "Grep" if k % 4 == 1 else "Read")),
+                results(tool_result(use_id, content)),
+            ],
+        )
+    return sid
+
+
+def test_over_threshold_forces_a_clear_before_any_turn_goes(engine: Engine) -> None:
+    sid = over_threshold_session(engine)
+    p = params()
+    before = engine.render(sid, p)
+    assert before.total > THRESHOLD
+    out = cascade(engine, sid, p)
+    assert [e["tier"] for e in out.events if e["applied"]] == ["microcompact"]
+    event = out.events[0]
+    assert event["details"]["trigger"] == "forced"
+    assert event["tokensBefore"] == before.total
+    assert event["tokensAfter"] == out.rendered.total < THRESHOLD
+    cleared = placeholders(out.rendered.request)
+    reads = [f"toolu_{k:03d}" for k in range(20) if k % 4 != 1]
+    greps = [f"toolu_{k:03d}" for k in range(20) if k % 4 == 1]
+    newest = sorted(reads + greps)[-5:]
+    assert cleared == {r for r in reads if r not in newest}
+    # short results stay: clearing them would have made the request bigger
+    assert not cleared & set(greps)
+    assert all(result_blocks(out.rendered.request)[g]["content"] == SHORT for g in greps)
+
+
+def test_forcing_can_be_switched_off(engine: Engine) -> None:
+    sid = over_threshold_session(engine, {"microcompactWhenOver": False})
+    out = cascade(engine, sid, params())
+    assert not any(e["applied"] for e in out.events)
+    assert records(engine, sid, "clear") == []
+    assert placeholders(out.rendered.request) == set()
+
+
+def test_a_clear_never_grows_the_request(engine: Engine) -> None:
+    """Old results all shorter than the placeholder: nothing to clear, so nothing is cleared
+    (it used to replace 'No files found' with the 90-character placeholder)."""
+    sid = open_session(engine)
+    engine.append(sid, messages=[user("find the config " + filler("ask", 7000))])
+    for k in range(12):
+        use_id = f"toolu_{k:03d}"
+        engine.append(
+            sid,
+            messages=[
+                assistant("grep", tool_use(use_id, "Grep")),
+                results(tool_result(use_id, SHORT)),
+            ],
+        )
+    p = params()
+    assert engine.render(sid, p).total > THRESHOLD
+    out = cascade(engine, sid, p)
+    assert not [e for e in out.events if e["tier"] == "microcompact" and e["applied"]]
+    assert records(engine, sid, "clear") == []
+
+
+# ---- the idle trigger ---------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_idle_clears_old_results_once_per_idle_period(store: Store) -> None:
+    clock = Clock(1_000_000.0)
+    engine = Engine(store, clock=clock)
+    sid = open_session(engine)
+    engine.append(sid, messages=[user("task")])
+    for k in range(1, 9):
+        add_call(engine, sid, k, ("Read", filler(f"read{k}", 60)))
+    engine.append(sid, messages=[assistant("done")])
+    session = engine.session(sid)
+    start = session.graph.last_activity
+    assert start == clock.now
+    idle = engine.policy(session).idle_seconds
+    assert idle == 90 * 60
+    assert engine.idle_due(session, start + idle - 1) is None
+    assert engine.idle_due(session, start + idle) == pytest.approx(idle)
+
+    before = engine.render(sid, params(BIG))
+    clock.now = start + idle + 5
+    outcome = engine.run_idle(session)
+    cleared = records(engine, sid, "clear")
+    assert len(cleared) == 1 and cleared[0].data["trigger"] == "idle"
+    assert outcome.cleared == len(cleared[0].covers) == 8 - 5
+    (event,) = outcome.events
+    assert event["tier"] == "microcompact" and event["applied"]
+    assert event["recordIds"] == [cleared[0].id]
+    assert event["tokensBefore"] == before.total > event["tokensAfter"]
+    after = engine.render(sid, params(BIG))
+    assert after.total == event["tokensAfter"]
+    assert placeholders(after.request) == covered_use_ids(engine, sid, cleared[0])
+    assert placeholders(after.request) == {"toolu_001", "toolu_002", "toolu_003"}
+    # the period is done: no second pass however long the session stays idle
+    assert engine.idle_due(session, start + 10 * idle) is None
+    assert len(records(engine, sid, "idle")) == 1
+
+    # new activity starts a new period
+    clock.now = start + 20_000
+    for k in range(20, 23):
+        add_call(engine, sid, k, ("Read", filler(f"read{k}", 60)))
+    assert engine.idle_due(session, clock.now + idle - 1) is None
+    assert engine.idle_due(session, clock.now + idle) is not None
+    second = engine.run_idle(session)
+    assert second.cleared == 3  # 11 compactable, 5 kept, 3 cleared before
+    assert engine.idle_due(session, clock.now + 3 * idle) is None
+
+
+def test_idle_with_nothing_to_clear_still_marks_the_period(store: Store) -> None:
+    clock = Clock(5_000.0)
+    engine = Engine(store, clock=clock)
+    sid = open_session(engine)
+    engine.append(sid, messages=[user("hi"), assistant("hello")])
+    session = engine.session(sid)
+    due = session.graph.last_activity + 90 * 60
+    assert engine.idle_due(session, due) is not None
+    outcome = engine.run_idle(session)
+    assert outcome.cleared == 0 and outcome.events == []
+    assert records(engine, sid, "clear") == []
+    assert engine.idle_due(session, due + 1) is None
+
+
+# ---- the cache-aware path -----------------------------------------------------------------------
+
+TOOLS = [
+    {
+        "name": name,
+        "description": f"the {name} tool",
+        "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}},
+    }
+    for name in ("Read", "Grep", "TodoWrite", "Task")
+]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAnthropic]:
+    with FakeAnthropic(api_key="test") as server:
+        yield server
+
+
+def cache_session(engine: Engine, calls: int) -> str:
+    sid = open_session(engine, {"microcompactMode": "cache"})
+    engine.append(sid, messages=[user("audit every module")])
+    for k in range(1, calls + 1):
+        name = "TodoWrite" if k % 9 == 0 else "mcp__linear__create_issue" if k == 13 else "Read"
+        use_id = f"toolu_{k:03d}"
+        text = f"module {k}: " + "the function returns the parsed value and logs it. " * 10
+        engine.append(
+            sid,
+            messages=[
+                assistant(f"look at {k}", tool_use(use_id, name)),
+                results(tool_result(use_id, text)),
+            ],
+        )
+    return sid
+
+
+def test_cache_aware_mode_sends_a_context_edit_and_keeps_messages_identical(
+    engine: Engine, fake: FakeAnthropic
+) -> None:
+    sid = cache_session(engine, 60)
+    p = params(window=15_000, tools=TOOLS, system="You are a careful auditor.")
+    plain = engine.render(sid, p)
+    out = cascade(engine, sid, p)
+    request = out.rendered.request
+    edit = request["context_management"]["edits"][0]
+    assert edit["type"] == CLEAR_EDIT == "clear_tool_uses_20250919"
+    assert edit["exclude_tools"] == ["Task", "TodoWrite", "mcp__linear__create_issue"]
+    assert edit["keep"] == {"type": "tool_uses", "value": 5}
+    assert request["betas"] == [CONTEXT_MANAGEMENT_BETA]
+    # the messages (and every other byte a cache reads) are exactly the plain render's
+    assert orjson.dumps(request["messages"]) == orjson.dumps(plain.request["messages"])
+    assert request["system"] == plain.request["system"]
+    assert request["tools"] == plain.request["tools"]
+    assert records(engine, sid, "clear") == []
+    assert not any(e["applied"] for e in out.events)
+    check_wire(out.rendered)
+
+    # the real SDK accepts the body as it is; the fake checks pairing and the beta header
+    with anthropic.Anthropic(base_url=fake.base_url, api_key="test", max_retries=0) as sdk:
+        response = sdk.beta.messages.create(**request)
+    sent = fake.last_request
+    assert sent.betas == [CONTEXT_MANAGEMENT_BETA]
+    assert sent.body["context_management"] == request["context_management"]
+    assert sent.body["messages"] == request["messages"]
+    applied = [e.model_dump(exclude_none=True) for e in response.context_management.applied_edits]
+    assert applied and applied[0]["type"] == CLEAR_EDIT
+    assert applied[0]["cleared_tool_uses"] == 60 - 6 - 1 - 5  # not TodoWrite/mcp, 5 kept
+
+    usage = response.usage.model_dump(exclude_none=True)
+    report = engine.report(sid, MODEL, usage, None, applied)
+    assert report.reported == usage["input_tokens"]
+    (rec,) = records(engine, sid, "usage")
+    assert rec.data["appliedEdits"] == applied
+    assert rec.data["reported"] == usage["input_tokens"]
+    assert rec.data["estimated"] == out.rendered.estimate
+    # a usage record changes no context: the next render is the same request
+    assert orjson.dumps(engine.render(sid, p).request) == orjson.dumps(plain.request)
+
+
+def test_cache_aware_mode_waits_for_the_count_trigger(engine: Engine) -> None:
+    sid = cache_session(engine, 49)
+    out = cascade(engine, sid, params(window=15_000, tools=TOOLS))
+    assert "context_management" not in out.rendered.request
+    assert "betas" not in out.rendered.request
+    assert out.events == []
