@@ -50,6 +50,18 @@ class CompactdProtocol(LanguageServerProtocol):
             return
         super().handle_message(message)
 
+    def _handle_response(self, msg_id: Any, result: Any = None, error: Any = None) -> None:
+        """A late answer to a request of ours nobody waits for any more (`context/summarize`
+        of a compact that was cancelled or timed out) is dropped. Stock pygls would set the
+        result on the cancelled future and raise out of the read loop, ending the daemon."""
+        future = self._request_futures.get(msg_id)
+        if future is not None and future.done():
+            del self._request_futures[msg_id]
+            self._result_types.pop(msg_id, None)
+            log.info("dropping a late answer to request %s (no longer awaited)", msg_id)
+            return
+        super()._handle_response(msg_id, result, error)
+
     def _send_data(self, data: Any) -> None:
         if not data or self.writer is None:
             return

@@ -124,7 +124,10 @@ async def read_messages(server: CompactdServer, reader: asyncio.StreamReader) ->
             body = await reader.readexactly(length)
         except asyncio.IncompleteReadError:
             return
-        dispatch(server, body)
+        try:
+            dispatch(server, body)
+        except Exception:  # one message must never end the daemon for every other client call
+            log.exception("handling a message failed; it was dropped")
 
 
 async def serve_stdio(
