@@ -26,9 +26,11 @@ class Registry:
         self.on_first_touch: list[Callable[[Session], None]] = []
 
     def get(self, session_id: str) -> Session:
-        """The session, loaded (and caught up with other writers) for this request."""
-        first = session_id not in self.engine.sessions
+        """The session, loaded (and caught up with other writers) for this request. The
+        first-touch hooks run once per load; the engine may have loaded the session itself
+        (`session/open`, `session/import`), so "first" is ours to track, not the engine's."""
         session = self.engine.session(session_id)
+        first = session_id not in self.last_used
         self.last_used[session_id] = self.clock()
         if first:
             for hook in self.on_first_touch:
