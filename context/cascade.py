@@ -379,7 +379,15 @@ def _snip(run: Run, target: int | None = None, reason: str = "over threshold") -
                 },
             },
         )
-    if chosen_all:
+    if chosen_all and run.total >= start:
+        # the turns cost less than the marker that would replace them
+        run.retract()
+        run.note(
+            "snip",
+            f"no gain: removing the {len(chosen_all)} removable turn(s) would not make the "
+            "request smaller; nothing was removed",
+        )
+    elif chosen_all:
         run.events[-1]["tokensBefore"] = start
     else:
         run.note(
