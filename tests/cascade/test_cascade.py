@@ -1,0 +1,333 @@
+"""The cascade as a whole: cheapest tier first, advancing only while over the threshold; every
+applied tier leaves a record and an event; a render after a cascade is the cascade's request;
+"cannot fit" and failures write nothing; no loop; and the prompt-cache rules (an append keeps
+the previous request a prefix, a clear or snip at p keeps every byte before p)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import orjson
+import pytest
+from compactd.context.cascade import SummaryNeeded, digest_answer
+from compactd.context.engine import Engine, RenderParams
+from compactd.context.errors import CannotFit
+from compactd.context.summarize import SummaryFailure, SummaryResult
+from compactd.context.tool_aging.policy import CLEARED_PLACEHOLDER
+
+from tests.cascade.helpers import (
+    LIMIT,
+    THRESHOLD,
+    Recorder,
+    assistant,
+    cascade,
+    check_no_split_turn,
+    check_wire,
+    common_prefix,
+    covered_use_ids,
+    exchange,
+    filler,
+    log_bytes,
+    messages_bytes,
+    open_session,
+    params,
+    record_by_id,
+    records,
+    result_blocks,
+    results,
+    texts,
+    tool_result,
+    tool_use,
+    user,
+)
+from tests.support.invariants import strip_cache_control
+
+ORDER = ["reactive", "microcompact", "snip", "collapse", "summary"]
+RECORD_OF = {
+    "reactive": "reactive",
+    "microcompact": "clear",
+    "snip": "snip",
+    "collapse": "collapse",
+    "summary": "summary",
+}
+
+
+def read(tag: str, words: int = 360) -> tuple[str, str]:
+    return ("Read", filler(tag, words))
+
+
+def only_results(engine: Engine) -> str:
+    """Fifteen turns whose bulk is old Read results: a clear is enough."""
+    sid = open_session(engine, {"summaryProvider": "digest"})
+    for t in range(15):
+        engine.append(sid, messages=exchange(f"t{t}", [read(f"r{t}")]))
+    return sid
+
+
+def results_and_talk(engine: Engine) -> str:
+    """Twelve turns of long requests and big results: a clear is not enough, a snip is."""
+    sid = open_session(engine, {"summaryProvider": "digest"})
+    for t in range(12):
+        engine.append(
+            sid,
+            messages=exchange(f"t{t}", [read(f"r{t}")], ask=f"ask {t}: " + filler(f"a{t}", 300)),
+        )
+    return sid
+
+
+def explained_turn(tag: str, ask: str, words: int, reads: int) -> list[dict[str, Any]]:
+    """A complete turn whose bulk is the assistant's own explanation, with a few reads."""
+    msgs = [user(ask), assistant(filler(f"{tag}x", words))]
+    for k in range(reads):
+        use_id = f"toolu_{tag}_{k}"
+        msgs.append(assistant(f"read {k}", tool_use(use_id, "Read")))
+        msgs.append(results(tool_result(use_id, filler(f"{tag}r{k}", 100))))
+    msgs.append(assistant(f"done {tag}"))
+    return msgs
+
+
+def few_big_turns(engine: Engine) -> str:
+    """A big task turn, a middle turn, a big latest complete turn and the active turn: a
+    clear and a snip free too little, so the rolling summary has to act."""
+    sid = open_session(engine, {"summaryProvider": "digest"})
+    engine.append(sid, messages=explained_turn("t0", "the task: port the parser", 2400, 6))
+    engine.append(sid, messages=exchange("t1", [read("r1")]))
+    engine.append(sid, messages=explained_turn("t2", "then: the tests", 2100, 2))
+    engine.append(
+        sid,
+        messages=[
+            user("now: finish it"),
+            assistant("finishing", tool_use("toolu_act", "Read")),
+            results(tool_result("toolu_act", filler("act", 200))),
+        ],
+    )
+    return sid
+
+
+SCENARIOS = {
+    "clear": (only_results, ["microcompact"]),
+    "clear+snip": (results_and_talk, ["microcompact", "snip"]),
+    "snip+summary": (few_big_turns, ["microcompact", "snip", "summary"]),
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_cheapest_first_and_only_while_over(engine: Engine, name: str) -> None:
+    build, tiers = SCENARIOS[name]
+    sid = build(engine)
+    p = params()
+    before = engine.render(sid, p)
+    assert before.total > THRESHOLD
+    recorder = Recorder()
+    out = cascade(engine, sid, p, answer=recorder)
+    check_wire(out.rendered)
+    applied = [e for e in out.events if e["applied"]]
+    assert [e["tier"] for e in applied] == tiers
+    assert out.rendered.total <= THRESHOLD
+    # each tier starts where the previous left off, and only because that was still over
+    assert applied[0]["tokensBefore"] == before.total
+    for prev, nxt in itertools.pairwise(applied):
+        assert prev["tokensAfter"] == nxt["tokensBefore"] > THRESHOLD
+        assert ORDER.index(prev["tier"]) < ORDER.index(nxt["tier"])
+    for event in applied:
+        assert event["tokensAfter"] < event["tokensBefore"]
+    assert applied[-1]["tokensAfter"] == out.rendered.total
+    assert (len(recorder.needs) > 0) == ("summary" in tiers)
+    check_no_split_turn(engine, sid, out.rendered.request)
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_every_change_has_its_record_and_event_and_nothing_changes_silently(
+    engine: Engine, name: str
+) -> None:
+    sid = SCENARIOS[name][0](engine)
+    p = params()
+    out = cascade(engine, sid, p)
+    written = records(engine, sid)
+    applied = [e for e in out.events if e["applied"]]
+    assert sorted(r.id for r in written) == sorted(i for e in applied for i in e["recordIds"])
+    assert out.record_ids == [r.id for r in written]
+    for event in applied:
+        (rid,) = event["recordIds"]
+        assert record_by_id(engine, sid, rid).kind == RECORD_OF[event["tier"]]
+        assert isinstance(event["reason"], str) and event["reason"]
+        assert {"tokensBefore", "tokensAfter", "details"} <= set(event)
+    # a render after the cascade is the cascade's request, byte for byte
+    again = engine.render(sid, p)
+    assert orjson.dumps(again.request) == orjson.dumps(out.rendered.request)
+    assert again.total == out.rendered.total
+    # and a second cascade has nothing left to do
+    log = log_bytes(engine, sid)
+    second = cascade(engine, sid, p, answer=lambda need: pytest.fail("asked again"))
+    assert not any(e["applied"] for e in second.events)
+    assert orjson.dumps(second.rendered.request) == orjson.dumps(out.rendered.request)
+    assert log_bytes(engine, sid) == log
+
+
+def test_cannot_fit_writes_nothing_though_tiers_had_acted(engine: Engine) -> None:
+    sid = few_big_turns(engine)
+    engine.append(sid, messages=[assistant("done"), user("last: " + filler("huge", 8500))])
+    recorder = Recorder()
+    log = log_bytes(engine, sid)
+    with pytest.raises(CannotFit) as caught:
+        cascade(engine, sid, params(), answer=recorder)
+    assert len(recorder.needs) >= 1  # the summary was generated, then found not to be enough
+    tiers = {e["tier"] for e in caught.value.data["events"] if e["applied"]}
+    assert {"snip", "summary"} <= tiers
+    assert caught.value.data["limit"] == LIMIT
+    assert log_bytes(engine, sid) == log
+    assert records(engine, sid) == []
+
+
+def always(kind: str) -> Recorder:
+    return Recorder(lambda need: SummaryFailure(kind, f"scripted {kind}"))
+
+
+@pytest.mark.parametrize("kind", ["prompt_too_long", "too_large", "overloaded", "timeout"])
+def test_a_failing_provider_is_asked_a_bounded_number_of_times(engine: Engine, kind: str) -> None:
+    sid = few_big_turns(engine)
+    recorder = always(kind)
+    log = log_bytes(engine, sid)
+    with pytest.raises(CannotFit) as caught:
+        cascade(engine, sid, params(), answer=recorder)
+    assert 1 <= len(recorder.needs) <= engine.policy(engine.session(sid)).summary_max_calls
+    sizes = [n.request.input_tokens_estimate for n in recorder.needs]
+    if kind in ("prompt_too_long", "too_large"):
+        assert len(sizes) >= 2 and sizes[1] < sizes[0]  # retried, with a smaller prompt
+    else:
+        assert len(sizes) == 1  # nothing to retry with
+    failed = [e for e in caught.value.data["events"] if e["tier"] == "summary"]
+    assert len(failed) == 1 and not failed[0]["applied"]
+    assert "nothing was written" in failed[0]["reason"]
+    assert log_bytes(engine, sid) == log
+
+
+def test_a_summary_without_gain_is_tried_once(engine: Engine) -> None:
+    sid = few_big_turns(engine)
+    recorder = Recorder(lambda need: SummaryResult(text=filler("long", 9000), model="m"))
+    with pytest.raises(CannotFit) as caught:
+        cascade(engine, sid, params(), answer=recorder)
+    assert len(recorder.needs) == 1
+    (note,) = [e for e in caught.value.data["events"] if e["tier"] == "summary"]
+    assert not note["applied"] and note["reason"].startswith("no gain")
+    assert records(engine, sid) == []
+
+
+def test_collapse_and_summary_failing_together_stay_bounded(engine: Engine) -> None:
+    sid = open_session(engine, {"summaryProvider": "digest", "snipEnabled": False})
+    for t in range(14):
+        engine.append(sid, messages=exchange(f"t{t}", [], ask=f"ask {t}: " + filler(f"a{t}", 500)))
+    recorder = always("overloaded")
+    with pytest.raises(CannotFit):
+        cascade(engine, sid, params(), answer=recorder)
+    assert [n.tier for n in recorder.needs] == ["collapse", "rolling"]
+    assert records(engine, sid) == []
+
+
+# ---- the prompt cache --------------------------------------------------------------------------
+
+
+def stripped_messages(request: dict[str, Any]) -> bytes:
+    return messages_bytes(request)[:-1]  # without the closing bracket
+
+
+def test_appending_keeps_the_previous_request_a_byte_prefix(engine: Engine) -> None:
+    sid = open_session(engine, {"summaryProvider": "digest"})
+    engine.append(sid, messages=[user("explore the repository")])
+    p = params(200_000)
+    previous = cascade(engine, sid, p).rendered.request
+    for k in range(60):  # through the count trigger, which is deferred while warm
+        use_id = f"toolu_{k:03d}"
+        engine.append(
+            sid,
+            messages=[
+                assistant(f"step {k}", tool_use(use_id, "Read")),
+                results(tool_result(use_id, filler(f"f{k}", 80))),
+            ],
+        )
+        if k % 10 == 9:
+            engine.append(sid, messages=[assistant(f"checkpoint {k}"), user(f"continue {k}")])
+        out = cascade(engine, sid, p)
+        assert not any(e["applied"] for e in out.events)
+        current = out.rendered.request
+        assert stripped_messages(current).startswith(stripped_messages(previous)), k
+        previous = current
+
+
+def offset_of(request: dict[str, Any], block: dict[str, Any]) -> int:
+    data = messages_bytes(request)
+    at = data.find(orjson.dumps(block))
+    assert at >= 0
+    return at
+
+
+def test_a_clear_at_p_keeps_every_byte_before_p(engine: Engine) -> None:
+    sid = only_results(engine)
+    p = params()
+    before = engine.render(sid, p).request
+    out = cascade(engine, sid, p)
+    (clear,) = records(engine, sid, "clear")
+    after = out.rendered.request
+    cleared = [u for u, b in result_blocks(after).items() if b["content"] == CLEARED_PLACEHOLDER]
+    assert set(cleared) == covered_use_ids(engine, sid, clear)
+    old_blocks = result_blocks(before)
+    first = min(offset_of(before, old_blocks[u]) for u in cleared)
+    assert common_prefix(messages_bytes(before), messages_bytes(after)) >= first
+    # and what comes after the cleared results is the same, in the same order
+    assert [u for u in result_blocks(after)] == [u for u in old_blocks]
+    assert texts(after) == texts(before)
+
+
+def test_the_breakpoints_move_but_the_bytes_they_mark_do_not(engine: Engine) -> None:
+    """cache_control markers travel with the tail; without them the requests are prefixes."""
+    sid = only_results(engine)
+    p = params(200_000)
+    first = engine.render(sid, p).request
+    engine.append(sid, messages=exchange("more", [read("more")]))
+    second = engine.render(sid, p).request
+    assert orjson.dumps(first) != orjson.dumps(second)
+    assert stripped_messages(second).startswith(stripped_messages(first))
+    assert (
+        strip_cache_control(second)["messages"][: len(first["messages"])]
+        == (strip_cache_control(first)["messages"])
+    )
+
+
+def test_a_render_of_another_window_does_not_write(engine: Engine) -> None:
+    """Rendering (without the cascade) never writes, whatever the window."""
+    sid = results_and_talk(engine)
+    log = log_bytes(engine, sid)
+    for window in (16_000, 32_000, 200_000):
+        rendered = engine.render(sid, RenderParams(spec=params(window).spec))
+        check_wire(rendered)
+    assert log_bytes(engine, sid) == log
+
+
+def test_digest_answers_are_deterministic(engine: Engine) -> None:
+    """The offline provider gives the same checkpoint for the same input (replays rely on it)."""
+    first, second = Recorder(), Recorder()
+    a = few_big_turns(engine)
+    b = few_big_turns(engine)
+    out_a = cascade(engine, a, params(), answer=first)
+    out_b = cascade(engine, b, params(), answer=second)
+    texts_a = [digest_answer(n) for n in first.needs]
+    texts_b = [digest_answer(n) for n in second.needs]
+    assert texts_a == texts_b
+    summary_a = next(r for r in records(engine, a, "summary"))
+    summary_b = next(r for r in records(engine, b, "summary"))
+    assert summary_a.data["text"] == summary_b.data["text"]
+    assert out_a.rendered.total == out_b.rendered.total
+
+
+def test_needs_carry_what_the_summarizer_is_given(engine: Engine) -> None:
+    sid = few_big_turns(engine)
+    recorder = Recorder()
+    cascade(engine, sid, params(), answer=recorder)
+    (need,) = recorder.needs
+    assert isinstance(need, SummaryNeeded)
+    assert need.tier == "rolling"
+    assert need.request.purpose == "rolling"
+    assert need.request.prompt.startswith("USER: the task: ")
+    assert need.request.input_hash
+    assert need.request.max_output_tokens == 5000
