@@ -1,0 +1,141 @@
+"""Long calls: `context/compact` with the `client` summary provider reports `$/progress` for a
+client-chosen token, can be cancelled with `$/cancelRequest` (−32800, nothing written), and
+when the client's model answers, the summary is applied and `context/compacted` arrives
+before the response."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from compactd.clients.client import CompactdClient, RpcError
+from compactd.protocol import types as t
+
+from .conftest import running
+from .convo import texts, tool_turns
+from .wire import session_log
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+WAIT = 10.0
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cancel") / "data"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(data_dir: Path) -> AsyncIterator[CompactdClient]:
+    async with running(data_dir, "--summary-provider", "client") as c:
+        yield c
+
+
+async def session(client: CompactdClient, sid: str) -> str:
+    await client.open_session(sid)
+    await client.append(sid, tool_turns(sid, 6, 1500, "Deploy"))
+    return sid
+
+
+async def progress_of(client: CompactdClient, token: str, kind: str) -> dict[str, Any]:
+    """The next `$/progress` of `kind` for `token` (others are skipped)."""
+    while True:
+        params = await client.next_notification("$/progress", timeout=WAIT)
+        if params["token"] == token and params["value"]["kind"] == kind:
+            return params
+
+
+async def test_cancel_a_stalled_compact_writes_nothing(
+    client: CompactdClient, data_dir: Path
+) -> None:
+    sid = await session(client, "cx-stall")
+    asked: list[t.SummarizeParams] = []
+    release = asyncio.Event()
+
+    async def stall(params: t.SummarizeParams) -> t.SummarizeResult:
+        asked.append(params)
+        await release.wait()  # the client's model never comes back (until the test ends)
+        return t.SummarizeResult(text="too late")
+
+    client.on_summarize(stall)
+    records_before = len((await client.get(sid))["records"])
+    log_before = session_log(data_dir, sid).read_bytes()
+
+    msg_id, answer = client.send_request(
+        "context/compact", {"sessionId": sid, "workDoneToken": "cx-token"}
+    )
+    begin = await progress_of(client, "cx-token", "begin")
+    assert begin["value"]["cancellable"] is True and begin["value"]["title"]
+    for _ in range(100):  # the daemon is now waiting inside our summarizer
+        if asked:
+            break
+        await asyncio.sleep(0.05)
+    assert asked and asked[0].session_id == sid
+    client.cancel(msg_id)
+    with pytest.raises(RpcError) as caught:
+        await asyncio.wait_for(answer, WAIT)
+    assert caught.value.code == -32800
+    end = await progress_of(client, "cx-token", "end")
+    assert end["value"]["kind"] == "end"
+
+    release.set()  # the late answer goes to a request the daemon no longer waits for
+    await asyncio.sleep(0.2)
+    assert len((await client.get(sid))["records"]) == records_before
+    assert session_log(data_dir, sid).read_bytes() == log_before
+    assert (await client.status()).summary_provider == "client"  # still serving
+
+
+async def test_compact_with_the_clients_model(client: CompactdClient) -> None:
+    sid = await session(client, "cx-done")
+    asked: list[t.SummarizeParams] = []
+
+    def summarize(params: t.SummarizeParams) -> t.SummarizeResult:
+        asked.append(params)
+        return t.SummarizeResult(
+            text="SUMMARY-FROM-CLIENT: six deploys were requested and done.",
+            model="client-model-1",
+            input_tokens=1234,
+            output_tokens=12,
+        )
+
+    client.on_summarize(summarize)
+    compacted: list[dict[str, Any]] = []
+    client.on_notification("context/compacted", compacted.append)
+    result = await client.compact(sid, "mention every deploy", work_done_token="cx-done-token")
+    assert compacted, "context/compacted must arrive before the compact's response"
+    assert result.applied is True and result.provider == "client"
+    assert result.tokens_after < result.tokens_before
+    (note,) = [n for n in compacted if n["sessionId"] == sid]
+    assert note["tier"] == "summary" and note["applied"] is True
+    assert note["tokensBefore"] == result.tokens_before
+    assert note["tokensAfter"] == result.tokens_after
+    (request,) = asked
+    assert request.session_id == sid and request.purpose == "rolling"
+    assert "task cx-done-0" in request.prompt  # every original user request is in the input
+    assert "mention every deploy" in request.system
+    seen = texts((await client.render(sid)).request)
+    assert "SUMMARY-FROM-CLIENT" in seen
+
+
+async def test_a_failing_client_summarizer_writes_nothing(
+    client: CompactdClient, data_dir: Path
+) -> None:
+    sid = await session(client, "cx-fail")
+
+    def broken(params: t.SummarizeParams) -> t.SummarizeResult:
+        raise RuntimeError("the client's model is down")
+
+    client.on_summarize(broken)
+    before = session_log(data_dir, sid).read_bytes()
+    with pytest.raises(RpcError) as caught:
+        await client.compact(sid)
+    assert caught.value.code == 4050 and caught.value.kind == "provider_failure"
+    assert "model is down" in caught.value.message
+    client.on_summarize(lambda params: t.SummarizeResult(text="   "))
+    with pytest.raises(RpcError) as empty:
+        await client.compact(sid)
+    assert empty.value.code == 4050 and "empty" in empty.value.message
+    assert session_log(data_dir, sid).read_bytes() == before
