@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 from compactd.context.cascade import Outcome, SummaryNeeded, digest_answer, drive
 from compactd.context.engine import Engine, RenderParams
-from compactd.context.graph import Record
+from compactd.context.graph import Path, Record
 from compactd.context.render.request import Rendered, RequestSpec
 from compactd.context.summarize import SummaryFailure, SummaryResult
 from compactd.context.tokens import Counter
@@ -156,10 +156,15 @@ def common_prefix(a: bytes, b: bytes) -> int:
 
 
 def blocks(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every content block of the request, in order, without cache breakpoints."""
     out: list[dict[str, Any]] = []
-    for msg in strip_cache_control(request)["messages"]:
+    for msg in request["messages"]:
         content = msg["content"]
-        out.extend([{"type": "text", "text": content}] if isinstance(content, str) else content)
+        if isinstance(content, str):
+            out.append({"type": "text", "text": content})
+            continue
+        for block in content:
+            out.append({k: v for k, v in block.items() if k != "cache_control"})
     return out
 
 
@@ -181,10 +186,11 @@ def check_wire(rendered: Rendered) -> None:
     assert rendered.estimate == recount_anthropic(rendered.request, Counter())
 
 
-def turn_calls(engine: Engine, sid: str, branch: str | None = None) -> list[list[str]]:
-    """For each turn of the branch, the tool_use ids its calls show on the wire."""
+def turn_calls(engine: Engine, sid: str, path: Path | None = None) -> list[list[str]]:
+    """For each turn of the path (default: the current branch), the tool_use ids its calls
+    show on the wire."""
     g = engine.session(sid).graph
-    path = g.branch_path(branch)
+    path = path if path is not None else g.branch_path()
     out = []
     for turn in turns_of(path):
         ids = []
@@ -195,11 +201,13 @@ def turn_calls(engine: Engine, sid: str, branch: str | None = None) -> list[list
     return out
 
 
-def check_no_split_turn(engine: Engine, sid: str, request: dict[str, Any]) -> list[bool]:
+def check_no_split_turn(
+    engine: Engine, sid: str, request: dict[str, Any], path: Path | None = None
+) -> list[bool]:
     """Every turn is on the wire whole (all its calls) or not at all; says which are shown."""
     shown = set(use_ids(request))
     out = []
-    for i, calls in enumerate(turn_calls(engine, sid)):
+    for i, calls in enumerate(turn_calls(engine, sid, path)):
         present = [c in shown for c in calls]
         assert all(present) or not any(present), f"turn {i} is split: {calls} vs shown"
         out.append(bool(calls) and all(present))
