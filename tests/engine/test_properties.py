@@ -1,0 +1,574 @@
+"""Property tests: the DESIGN §3 invariants hold for random sessions, branches and records.
+
+Hypothesis drives a random agent: user and meta messages, assistant messages with thinking and
+parallel tool calls, results (big, block lists, errors, with hook text), functions run as
+tools (left running or completed), functions not called as tools, abandoned calls, branches
+forked at random thread nodes — and, between them, snip / clear / summary records written the
+way the tiers write them (whole removable turns, single answered tools, a prefix of whole
+removable turns). After every step each branch is rendered in both formats and checked.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import attrs
+import orjson
+from compactd.context.engine import Engine
+from compactd.context.errors import PendingToolResults
+from compactd.context.graph import Graph, Node
+from compactd.context.render.request import Rendered, RequestSpec, render_request
+from compactd.context.store import Store
+from compactd.context.tokens import Counter
+from compactd.context.tool_aging.policy import RUNNING_FUNCTION_PLACEHOLDER, policy_from_config
+from compactd.context.turns import Turn, plan_cuts, turn_node_ids, turns_of
+from compactd.context.visibility import ViewOptions
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.engine.helpers import (
+    FORMATS,
+    blocks_of,
+    check_rendered,
+    new_session,
+    params,
+    stripped,
+    wire,
+)
+from tests.support.invariants import thinking_sequence
+
+SID = "prop"
+# fsync is what the store tests are about; here it only costs time, so use tmpfs if there is one
+FAST_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+PREFIX_KEEPING = {"user", "meta", "assistant", "results", "function"}
+
+
+@attrs.define
+class World:
+    """The session under test and what the checks remember between steps."""
+
+    root: Path
+    engine: Engine
+    n: int = 0
+    branch: str = "main"
+    # last successful render per (branch, format), reset by anything but an append
+    prev: dict[tuple[str, str], Rendered] = attrs.field(factory=dict)
+    written: dict[str, str] = attrs.field(factory=dict)  # record id -> branch it was cut on
+
+    def uid(self, prefix: str) -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+    @property
+    def graph(self) -> Graph:
+        return self.engine.sessions[SID].graph  # no catch-up: this process is the only writer
+
+    def head(self) -> Node | None:
+        head = self.graph.head(self.branch)
+        return self.graph.nodes[head] if head is not None else None
+
+    def open_calls(self) -> list[Node]:
+        """Calls of the head still waiting for a `tool_result` (not bound to a function)."""
+        head = self.head()
+        if head is None or head.kind != "assistant":
+            return []
+        return [
+            c
+            for c in self.graph.calls_of(head)
+            if c.kind == "tool" and not c.answered and c.function is None
+        ]
+
+    def head_pending(self) -> bool:
+        head = self.head()
+        return (
+            head is not None and head.kind == "assistant" and bool(self.graph.pending_calls(head))
+        )
+
+
+# ---- content -------------------------------------------------------------------------------
+
+
+def _text(draw: Any, world: World, tag: str) -> str:
+    size = draw(st.sampled_from([0, 0, 1, 3, 30]))
+    return f"{world.uid(tag)} " + "lorem ipsum " * size
+
+
+def _result_content(draw: Any, world: World) -> Any:
+    kind = draw(st.sampled_from(["short", "short", "big", "blocks", "empty"]))
+    tag = world.uid("r")
+    if kind == "short":
+        return f"{tag} output"
+    if kind == "empty":
+        return ""
+    big = f"{tag} " + "".join(f"{i:05d}," for i in range(draw(st.integers(700, 1500))))
+    if kind == "big":
+        return big
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA"}}
+    return [{"type": "text", "text": big}, image, {"type": "text", "text": f"{tag} tail"}]
+
+
+def _assistant(draw: Any, world: World) -> dict[str, Any]:
+    blocks: list[dict[str, Any]] = []
+    for _ in range(draw(st.integers(0, 2))):
+        if draw(st.booleans()):
+            blocks.append(
+                {
+                    "type": "thinking",
+                    "thinking": f'{world.uid("th")} ✓ "q"',
+                    "signature": world.uid("sig"),
+                }
+            )
+        else:
+            blocks.append({"type": "redacted_thinking", "data": world.uid("red")})
+    if draw(st.booleans()) or not blocks:
+        blocks.append({"type": "text", "text": _text(draw, world, "a")})
+    for _ in range(draw(st.sampled_from([0, 0, 1, 1, 2, 3]))):
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": world.uid("call"),
+                "name": draw(st.sampled_from(["Bash", "Read", "Task", "Grep"])),
+                "input": {"arg": world.uid("in")},
+            }
+        )
+    return {"role": "assistant", "content": blocks}
+
+
+# ---- actions -------------------------------------------------------------------------------
+
+
+def available(world: World) -> list[str]:
+    head = world.head()
+    acts = ["branch", "snip", "clear", "summary"]
+    if len(world.graph.branches) > 1:
+        acts.append("checkout")
+    if not world.head_pending():
+        acts += ["user", "user", "assistant", "assistant", "meta"]
+    else:
+        acts.append("orphan")
+    if world.open_calls():
+        acts += ["results", "results", "results", "function"]
+    if head is not None and head.kind == "assistant":
+        acts.append("bare")
+    if any(
+        world.graph.nodes[f].anchor in world.graph.branch_path(world.branch)
+        for f in world.graph.running
+    ):
+        acts.append("complete")
+    return acts
+
+
+def act(draw: Any, world: World, action: str) -> None:
+    eng, g = world.engine, world.graph
+    if action == "user":
+        eng.append(SID, branch=world.branch, messages=[_user(draw, world)])
+    elif action == "meta":
+        msg = {"role": "user", "content": _text(draw, world, "m"), "meta": True}
+        eng.append(SID, branch=world.branch, messages=[msg])
+    elif action == "assistant":
+        eng.append(SID, branch=world.branch, messages=[_assistant(draw, world)])
+    elif action == "orphan":
+        eng.append(SID, branch=world.branch, messages=[_user(draw, world)], allow_orphans=True)
+    elif action == "results":
+        calls = world.open_calls()
+        chosen = draw(st.lists(st.sampled_from(calls), min_size=1, unique_by=lambda c: c.id))
+        content: list[dict[str, Any]] = []
+        for c in chosen:
+            block = {"type": "tool_result", "tool_use_id": c.tool_use_id}
+            block["content"] = _result_content(draw, world)
+            if draw(st.integers(0, 4)) == 0:
+                block["is_error"] = True
+            content.append(block)
+        answered = {c.id for c in chosen}
+        head = world.head()
+        assert head is not None
+        rest_pending = any(c.id not in answered for c in g.pending_calls(head))
+        if not rest_pending and draw(st.booleans()):
+            content.append({"type": "text", "text": _text(draw, world, "hook")})
+        eng.append(SID, branch=world.branch, messages=[{"role": "user", "content": content}])
+    elif action == "function":
+        tool = draw(st.sampled_from(world.open_calls()))
+        session = eng.session(SID)
+        expose = draw(st.sampled_from(["io", "io", "full", "none"]))
+        fid = session.function_start(
+            tool.name or "Task",
+            {"task": world.uid("ft")},
+            tool_use_id=tool.tool_use_id,
+            expose=expose,
+        )
+        inner = world.uid("icall")
+        eng.append(
+            SID,
+            function=fid,
+            messages=[
+                {"role": "user", "content": _text(draw, world, "fu")},
+                _with_call(_assistant(draw, world), inner),
+                *_answer_all(draw, world, [inner]),
+                {"role": "assistant", "content": _text(draw, world, "fa")},
+            ],
+        )
+        if draw(st.booleans()):
+            _complete(draw, world, fid)
+    elif action == "bare":
+        fid = eng.session(SID).function_start("helper", world.uid("bare"), branch=world.branch)
+        if draw(st.booleans()):
+            _complete(draw, world, fid)
+    elif action == "complete":
+        path = g.branch_path(world.branch)
+        running = sorted(f for f in g.running if g.nodes[f].anchor in path)
+        _complete(draw, world, draw(st.sampled_from(running)))
+    elif action == "branch":
+        path = g.branch_path(world.branch)
+        if not len(path):
+            return
+        at = draw(st.sampled_from(path.ids))
+        name = world.uid("b")
+        eng.session(SID).create_branch(name, from_node=at)
+        eng.session(SID).checkout(name)
+        world.branch = name
+    elif action == "checkout":
+        world.branch = draw(st.sampled_from(sorted(g.branches)))
+        eng.session(SID).checkout(world.branch)
+    else:
+        record = _record(draw, world, action)
+        if record is not None:
+            (rid,) = eng.session(SID).add_records([record])
+            world.written[rid] = world.branch
+
+
+def _user(draw: Any, world: World) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "text", "text": _text(draw, world, "u")}]}
+
+
+def _with_call(msg: dict[str, Any], use_id: str) -> dict[str, Any]:
+    """`msg` with exactly one call, `use_id` (a function's thread answers its own calls)."""
+    blocks = [b for b in msg["content"] if b["type"] != "tool_use"]
+    blocks.append({"type": "tool_use", "id": use_id, "name": "Read", "input": {}})
+    return {"role": "assistant", "content": blocks}
+
+
+def _answer_all(draw: Any, world: World, ids: list[str]) -> list[dict[str, Any]]:
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": i, "content": _result_content(draw, world)}
+                for i in ids
+            ],
+        }
+    ]
+
+
+def _complete(draw: Any, world: World, fid: str) -> None:
+    status = draw(st.sampled_from(["completed", "completed", "error"]))
+    world.engine.session(SID).function_complete(fid, _result_content(draw, world), status)
+
+
+def _record(draw: Any, world: World, kind: str) -> dict[str, Any] | None:
+    """A record as a tier would write it on the current branch, or None if none fits."""
+    g = world.graph
+    path = g.branch_path(world.branch)
+    try:
+        rendered = world.engine.render(SID, params(branch=world.branch), remember=False)
+    except PendingToolResults:
+        return None
+    proj = rendered.projection
+    hidden = set(proj.summary_turns) | set(proj.snipped) | set(proj.collapsed)
+    turns = turns_of(path)
+    removable = [
+        t for t in plan_cuts(g, path, keep_first_turn=False).removable() if t.start_id not in hidden
+    ]
+    if kind == "snip":
+        if not removable:
+            return None
+        chosen = draw(st.lists(st.sampled_from(removable), min_size=1, unique_by=lambda t: t.index))
+        chosen.sort(key=lambda t: t.index)
+        covers = [i for t in chosen for i in turn_node_ids(g, path, t)]
+        return {"kind": "snip", "covers": covers, "data": {"turns": [t.start_id for t in chosen]}}
+    if kind == "clear":
+        tools = [
+            c
+            for t in removable
+            for i in path.ids[t.start : t.end]
+            for c in g.calls_of(g.nodes[i])
+            if c.kind == "tool" and c.answered and c.id not in proj.cleared
+        ]
+        if not tools:
+            return None
+        tool = draw(st.sampled_from(tools))
+        return {"kind": "clear", "covers": [tool.id], "data": {"mode": "time"}}
+    # summary: a prefix of whole removable turns, folding the summary in force
+    plan = plan_cuts(g, path, keep_first_turn=False)
+    prefix = 0
+    while prefix < len(turns) and turns[prefix].index not in plan.protected:
+        prefix += 1
+    least = max(
+        (turns[i].index + 1 for i in range(len(turns)) if turns[i].start_id in proj.summary_turns),
+        default=1,
+    )
+    if prefix < least:
+        return None
+    upto = draw(st.integers(least, prefix))
+    chosen = turns[:upto]
+    covers = [i for t in chosen for i in turn_node_ids(g, path, t)]
+    return {
+        "kind": "summary",
+        "covers": covers,
+        "data": {"text": f"summary {world.uid('s')}", "turns": [t.start_id for t in chosen]},
+    }
+
+
+# ---- checks --------------------------------------------------------------------------------
+
+
+def check_branch(world: World, branch: str, fmt: str, action: str) -> Rendered | None:
+    g = world.graph
+    path = g.branch_path(branch)
+    head = g.nodes[path.head] if path.head else None
+    expected_pending = (
+        [
+            c.tool_use_id
+            for c in g.calls_of(head)
+            if c.kind == "tool" and not c.answered and c.function is None
+        ]
+        if head is not None and head.kind == "assistant"
+        else []
+    )
+    try:
+        rendered = world.engine.render(SID, params(fmt, branch=branch))
+    except PendingToolResults as err:
+        assert err.data["pendingToolUseIds"] == expected_pending
+        return None
+    assert not expected_pending, f"rendered although {expected_pending} wait for results"
+    check_rendered(rendered, fmt)
+    request = rendered.request
+    # determinism
+    assert wire(world.engine.render(SID, params(fmt, branch=branch)).request) == wire(request)
+    check_protected_turns(world, branch, fmt, rendered)
+    check_running_functions(world, branch, fmt, rendered)
+    if fmt == "anthropic":
+        check_thinking(world, branch, rendered)
+    else:
+        assert b'"thinking"' not in orjson.dumps(request)
+    check_prefix(world, branch, fmt, rendered, action)
+    return rendered
+
+
+def _find_text(request: dict[str, Any], text: str) -> tuple[int, int]:
+    for i, msg in enumerate(request["messages"]):
+        for j, block in enumerate(blocks_of(msg)):
+            if block.get("type") == "text" and block.get("text") == text:
+                return i, j
+    raise AssertionError(f"{text!r} is not in the request")
+
+
+def latest_complete(g: Graph, turns: list[Turn], path_length: int, ids: list[str]) -> Turn | None:
+    """The latest complete turn, where the last turn counts once it has been complete (an
+    assistant message in it ended without tool calls) — it does not stop being the latest
+    because the agent carries on in it."""
+    for turn in reversed(turns):
+        nodes = [g.nodes[i] for i in ids[turn.start : turn.end]]
+        if turn.end == path_length:
+            if any(
+                n.kind == "assistant" and not any(g.nodes[c].kind == "tool" for c in n.calls)
+                for n in nodes
+            ):
+                return turn
+        elif not any(
+            (g.nodes[c.function] if c.function else c).status == "running"
+            for n in nodes
+            for c in g.calls_of(n)
+        ):
+            return turn
+    return None
+
+
+def check_protected_turns(world: World, branch: str, fmt: str, rendered: Rendered) -> None:
+    """The active turn and the latest complete turn render exactly as with no records —
+    except that the rolling summary may take the latest complete turn (the spec's "retain the
+    latest turn" when keeping two does not fit; projection.py)."""
+    g = world.graph
+    path = g.branch_path(branch)
+    turns = turns_of(path)
+    if not turns:
+        return
+    kept = [turns[-1]]
+    latest = latest_complete(g, turns, path.length, path.ids)
+    summary = rendered.projection.summary
+    keep = []
+    if latest is not None and latest.index != turns[-1].index:
+        if summary is not None and latest.start_id in rendered.projection.summary_turns:
+            keep.append(summary)
+        else:
+            kept.insert(0, latest)
+    first = g.nodes[path.ids[kept[0].start]]
+    assert first.kind == "user" and not first.meta, "sessions open with a user text"
+    protected_tools = {
+        c.id for t in kept for i in path.ids[t.start : t.end] for c in g.calls_of(g.nodes[i])
+    }
+    # clears written on another branch may reach a tool of this one's latest turns (as Tier 1
+    # may, by design); everything else must leave these turns alone
+    keep += [r for r in g.records if r.kind == "clear" and protected_tools & set(r.covers)]
+    saved = g.records
+    g.records = keep
+    try:
+        baseline = render_request(
+            g,
+            ViewOptions(branch=branch),
+            RequestSpec(format=fmt),
+            policy_from_config(g.config),
+            counter=Counter(),
+        ).request
+    finally:
+        g.records = saved
+    text = first.content[0]["text"]
+    got, base = stripped(rendered.request), stripped(baseline)
+    (i, j), (bi, bj) = _find_text(got, text), _find_text(base, text)
+    assert blocks_of(got["messages"][i])[j:] == blocks_of(base["messages"][bi])[bj:]
+    assert got["messages"][i]["role"] == base["messages"][bi]["role"]
+    assert got["messages"][i + 1 :] == base["messages"][bi + 1 :]
+
+
+def check_running_functions(world: World, branch: str, fmt: str, rendered: Rendered) -> None:
+    g = world.graph
+    path = g.branch_path(branch)
+    request = rendered.request
+    for fid in g.running:
+        fn = g.nodes[fid]
+        if fn.anchor not in path or g.nodes[fn.anchor].owner is not None:
+            continue
+        top = g.nodes[fn.parent] if fn.parent else None
+        if top is not None and top.kind == "tool":
+            top = g.nodes[top.parent] if top.parent else None
+        if top is None or top.owner is not None:
+            continue  # a function inside a function's thread
+        use = fn.tool_use_id or f"fn_{fid}"
+        if fmt == "anthropic":
+            got = [
+                b
+                for m in stripped(request)["messages"]
+                for b in blocks_of(m)
+                if b.get("type") == "tool_result" and b["tool_use_id"] == use
+            ]
+            assert [b["content"] for b in got] == [RUNNING_FUNCTION_PLACEHOLDER]
+        else:
+            got_oa = [m["content"] for m in request["messages"] if m.get("tool_call_id") == use]
+            assert got_oa == [RUNNING_FUNCTION_PLACEHOLDER]
+
+
+def check_thinking(world: World, branch: str, rendered: Rendered) -> None:
+    """Thinking blocks of every visible turn, byte-exact and in order."""
+    g = world.graph
+    path = g.branch_path(branch)
+    proj = rendered.projection
+    hidden = set(proj.summary_turns) | set(proj.snipped) | set(proj.collapsed)
+    expected = [
+        orjson.dumps(b).decode()
+        for t in turns_of(path)
+        if t.start_id not in hidden
+        for i in path.ids[t.start : t.end]
+        if g.nodes[i].kind == "assistant"
+        for b in g.nodes[i].content
+        if b["type"] in ("thinking", "redacted_thinking")
+    ]
+    assert thinking_sequence(rendered.request) == expected
+
+
+def check_prefix(world: World, branch: str, fmt: str, rendered: Rendered, action: str) -> None:
+    """After an append with no change to the records in force, the previous request is a
+    prefix of the new one (the last previous message may have grown)."""
+    prev = world.prev.get((branch, fmt))
+    world.prev[(branch, fmt)] = rendered
+    if prev is None or action not in PREFIX_KEEPING:
+        return
+    before, after = _hidden(prev), _hidden(rendered)
+    if before != after:
+        # a record came into force as this branch moved on (its turns stopped being the
+        # latest here): only ever one written on another branch before this one forked
+        for rec_id in {r for _turn, r in after - before}:
+            assert world.written[rec_id] != branch, f"{rec_id} changed its own branch's past"
+        return
+    old, new = stripped(prev.request), stripped(rendered.request)
+    assert {k: v for k, v in old.items() if k != "messages"} == {
+        k: v for k, v in new.items() if k != "messages"
+    }
+    om, nm = old["messages"], new["messages"]
+    if not om:
+        return
+    assert len(nm) >= len(om)
+    assert nm[: len(om) - 1] == om[:-1]
+    last, grown = om[-1], nm[len(om) - 1]
+    assert last["role"] == grown["role"]
+    lb, gb = blocks_of(last), blocks_of(grown)
+    assert gb[: len(lb)] == lb
+    lc, gc = last.get("tool_calls", []), grown.get("tool_calls", [])
+    assert gc[: len(lc)] == lc
+    assert last.get("tool_call_id") == grown.get("tool_call_id")
+
+
+def _hidden(rendered: Rendered) -> set[tuple[str, str]]:
+    """(turn start, record id) for every turn the render's records hide."""
+    proj = rendered.projection
+    out = {(start, rec.id) for start, rec in proj.snipped.items()}
+    out |= {(start, rec.id) for start, rec in proj.collapsed.items()}
+    if proj.summary is not None:
+        out |= {(start, proj.summary.id) for start in proj.summary_turns}
+    return out
+
+
+def check_viewers(world: World) -> None:
+    """Every function's own view (and with its callers) pairs and measures right."""
+    g = world.graph
+    for fid in sorted(n.id for n in g.nodes.values() if n.kind == "function"):
+        for fmt in FORMATS:
+            for callers in (False, True):
+                try:
+                    rendered = world.engine.render(
+                        SID, params(fmt, viewer=fid, callers=callers), remember=False
+                    )
+                except PendingToolResults:
+                    continue  # the caller prefix can end on an abandoned call of a fork
+                check_rendered(rendered, fmt)
+
+
+# ---- the property --------------------------------------------------------------------------
+
+
+@settings(
+    max_examples=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(data=st.data())
+def test_random_sessions_keep_the_invariants(data: st.DataObject) -> None:
+    root = Path(tempfile.mkdtemp(prefix="compactd-prop-", dir=FAST_DIR))
+    try:
+        world = World(root, Engine(Store(root), counter=Counter()))
+        new_session(world.engine, SID)
+        world.engine.append(SID, messages=[_user(data.draw, world)])
+        steps = data.draw(st.integers(4, 20), label="steps")
+        for _ in range(steps):
+            action = data.draw(st.sampled_from(available(world)), label="action")
+            act(data.draw, world, action)
+            if action not in PREFIX_KEEPING | {"branch", "checkout"}:
+                world.prev.clear()  # records and completions may change any branch
+            elif action in ("results", "function"):
+                # a call answered on a fork point changes every branch sharing it
+                world.prev = {k: v for k, v in world.prev.items() if k[0] == world.branch}
+            for fmt in FORMATS:
+                check_branch(world, world.branch, fmt, action)
+        # every branch, every viewer, and a fresh engine renders the same bytes
+        check_viewers(world)
+        fresh = Engine(Store(root))
+        for branch in sorted(world.graph.branches):
+            for fmt in FORMATS:
+                rendered = check_branch(world, branch, fmt, "final")
+                if rendered is not None:
+                    again = fresh.render(SID, params(fmt, branch=branch)).request
+                    assert orjson.dumps(again) == orjson.dumps(rendered.request)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
