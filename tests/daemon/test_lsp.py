@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,9 @@ from .wire import serve_command
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 TIMEOUT = 15.0
-# pytest-lsp builds the server command when this module is imported, before any fixture runs
-DATA_DIR = Path(tempfile.mkdtemp(prefix="compactd-lsp-")) / "data"
+# pytest-lsp builds the server command when this module is imported, before any fixture runs;
+# the daemon creates the folder when it starts, and the fixture removes it
+DATA_DIR = Path(tempfile.gettempdir()) / f"compactd-lsp-{uuid.uuid4().hex}" / "data"
 
 
 def make_client() -> LanguageClient:

@@ -150,6 +150,7 @@ async def test_an_over_long_header_line_is_dropped(daemon: RawDaemon, data_dir: 
         b'{"jsonrpc":"2.0","id":5,"method":"daemon/status"',  # cut short
         b'{"jsonrpc":"2.0","id":6,"method":"daemon/status",}',  # trailing comma
         b"\xff\xfe\x00garbage",  # not UTF-8
+        b'{"jsonrpc":"2.0","id":7,"method":"daemon/status","params":{"x":"\\ud800"}}',  # lone
         b"",
     ],
 )
@@ -228,6 +229,18 @@ async def test_unknown_methods_and_sessions(daemon: RawDaemon, data_dir: Path) -
         assert (await daemon.error("session/destroy", {"sessionId": SID}))["code"] == -32601
         missing = await daemon.error("session/get", {"sessionId": "mal-missing"})
     assert missing["code"] == 4004 and missing["data"]["sessionId"] == "mal-missing"
+
+
+async def test_non_ascii_text_round_trips(daemon: RawDaemon) -> None:
+    # the daemon writes UTF-8 bodies: its Content-Length must count bytes, which the raw
+    # client's frame check verifies on every reply
+    text = "héllo ✓ 日本 🎉 \u2028 end"
+    sid = "mal-utf8"
+    await daemon.call("session/open", {"sessionId": sid})
+    await daemon.call("session/append", {"sessionId": sid, "messages": [user(text)]})
+    rendered = await daemon.call("context/render", {"sessionId": sid})
+    assert rendered["request"]["messages"][0]["content"][0]["text"] == text
+    assert daemon.violations == []
 
 
 # ---- paths -------------------------------------------------------------------------------------
