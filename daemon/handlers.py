@@ -7,6 +7,7 @@ from typing import Any
 from ..context.engine import RenderParams as EngineRenderParams
 from ..context.render.request import RequestSpec
 from ..context.session import UNSET
+from ..context.tool_aging.policy import policy_from_config
 from ..context.visibility import ViewOptions
 from ..protocol import methods as m
 from ..protocol import types as t
@@ -206,5 +207,7 @@ def register(server: CompactdServer, app: App) -> None:
             str(engine.store.root),
             app.registry.loaded(),
             engine.summary_provider,
-            app.settings.idle_seconds or 0.0,
+            # the threshold in force for sessions without their own (the spec's 90 minutes
+            # unless --idle-seconds said otherwise), never a 0 that means nothing
+            policy_from_config(engine.defaults).idle_seconds,
         )
