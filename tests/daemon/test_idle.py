@@ -70,6 +70,7 @@ async def test_idle_work_is_done_persisted_and_survives_a_restart(tmp_path: Path
 
     async with running(data_dir, *SHORT) as a:
         heard = listen(a)
+        assert (await a.status()).idle_seconds == 1.0
         await asyncio.sleep(max(0.0, 1.2 - (time.monotonic() - written_at)))
         # started after the idle period: the first touch does the idle work, before answering
         early = await a.get("idle-early")

@@ -448,3 +448,4 @@ async def test_status_reports_the_daemon(client: CompactdClient, data_dir: Path)
     assert status.summary_provider == "digest"
     assert "m-status" in status.loaded_sessions
     assert status.version
+    assert status.idle_seconds == 90 * 60  # the spec's default threshold, in force here
