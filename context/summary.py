@@ -375,8 +375,10 @@ def run(
     rng = select_replaceable_range(run.graph, run.path, proj, policy.summary_keep_turns)
     cost = range_cost(run.rendered.conversation, rng, proj) if rng and rng.new_turns else 0
     estimate = run.total - cost + min(policy.summary_max_tokens, max(1, cost // 4))
-    if rng is None or not rng.new_turns or estimate > run.threshold:
-        # keeping two complete turns is not enough: keep only the latest turn
+    if estimate > run.threshold:
+        # keeping two complete turns is not enough: keep only the latest turn (when they
+        # leave nothing to summarize, `estimate` is the request as it is: short history under
+        # the threshold is left alone, and the provider is not called)
         wider = select_replaceable_range(run.graph, run.path, proj, 0)
         if (
             wider is not None
