@@ -16,7 +16,7 @@ from compactd.clients.client import CompactdClient, RpcError
 from compactd.protocol import types as t
 
 from .conftest import running
-from .convo import texts, tool_turns
+from .convo import texts, tool_turns, user
 from .wire import session_log
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -139,3 +139,23 @@ async def test_a_failing_client_summarizer_writes_nothing(
         await client.compact(sid)
     assert empty.value.code == 4050 and "empty" in empty.value.message
     assert session_log(data_dir, sid).read_bytes() == before
+
+
+async def test_an_append_during_the_summary_wins(client: CompactdClient, data_dir: Path) -> None:
+    """DESIGN §5: a change to the session while its summary is generated writes nothing."""
+    sid = await session(client, "cx-race")
+    appended: list[str] = []
+
+    async def append_meanwhile(params: t.SummarizeParams) -> t.SummarizeResult:
+        result = await client.append(sid, [user("a new request while you summarize")])
+        appended.extend(result.node_ids)
+        return t.SummarizeResult(text="a summary of the old state")
+
+    client.on_summarize(append_meanwhile)
+    with pytest.raises(RpcError) as caught:
+        await client.compact(sid)
+    assert caught.value.code == 4030
+    view = await client.get(sid)
+    assert view["head"] == appended[-1]  # the append went through …
+    assert [r for r in view["records"] if r["kind"] == "summary"] == []  # … the summary did not
+    assert "a new request while you summarize" in texts((await client.render(sid)).request)
