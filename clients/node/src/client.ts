@@ -102,6 +102,13 @@ export interface WorkDoneProgressValue {
 
 const WORK_DONE_PROGRESS = new ProgressType<WorkDoneProgressValue>();
 
+/** Codes vscode-jsonrpc uses for a broken connection (not answers from the daemon). */
+const CONNECTION_CODES: ReadonlySet<number> = new Set([
+  RpcCodes.PendingResponseRejected,
+  RpcCodes.ConnectionInactive,
+  RpcCodes.MessageWriteError,
+]);
+
 /**
  * Which client method calls each RPC method. Typed against the generated method names, so
  * the build fails when the schema gains a method this client does not offer.
@@ -230,12 +237,24 @@ export class CompactdClient {
 
   /** Why calls fail once the daemon is gone: its exit code and the end of its stderr. */
   private goneDetail(): string | undefined {
+    if (this.closing !== undefined) return "the client was closed";
     if (!this.connectionClosed && this.exitCode === undefined) return undefined;
     const parts = ["the daemon closed the connection"];
     if (this.exitCode !== undefined) parts.push(`exit code ${this.exitCode}`);
     const tail = this.stderrTail.trim().split("\n").slice(-5).join("\n");
     if (tail) parts.push(`stderr: ${tail}`);
     return parts.join("; ");
+  }
+
+  /** A failed call as a CompactdError; when the connection broke, with why the daemon went away. */
+  private async failure(error: unknown, method: string): Promise<CompactdError> {
+    if (error instanceof CompactdError) return error; // our own timeout
+    const fromDaemon = error instanceof ResponseError && !CONNECTION_CODES.has(error.code);
+    if (!fromDaemon && this.process !== undefined && this.exitCode === undefined && this.closing === undefined) {
+      // The exit code and stderr arrive a moment after the broken pipe; they say what happened.
+      await withTimeout(this.exited, 1_000).catch(() => undefined);
+    }
+    return toCompactdError(error, method, fromDaemon ? undefined : this.goneDetail());
   }
 
   // ---- calls ----------------------------------------------------------------------------
@@ -276,7 +295,7 @@ export class CompactdClient {
       });
       return await Promise.race([answer, timeout]);
     } catch (error) {
-      throw toCompactdError(error, method, this.goneDetail());
+      throw await this.failure(error, method);
     } finally {
       clearTimeout(timer);
       link?.dispose();

@@ -66,5 +66,20 @@ test("a daemon that dies fails the pending call with its exit and stderr, not a 
   });
   assert.equal(await client.exited, null); // killed by a signal
   assert.equal(await client.close(), null);
-  await assert.rejects(client.status(), { kind: "connection_closed" });
+  await assert.rejects(client.status(), { kind: "connection_closed", message: /the client was closed/ });
+});
+
+test("a daemon that exits at once: calls fail with its exit code and stderr", async (t) => {
+  const dataDir = await tempDir(t);
+  // A stand-in that dies the way a broken install does, without starting Python.
+  const command = [process.execPath, "-e", "process.stderr.write('compactd: bad install\\n'); process.exit(3)", "--"];
+  const client = await CompactdClient.spawn({ command, dataDir });
+  await assert.rejects(client.status(), (error: unknown) => {
+    assert.ok(error instanceof CompactdError);
+    assert.equal(error.kind, "connection_closed");
+    assert.match(error.message, /exit code 3/);
+    assert.match(error.message, /compactd: bad install/);
+    return true;
+  });
+  assert.equal(await client.close(), 3);
 });

@@ -38,9 +38,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   status.show();
   context.subscriptions.push(output, status);
 
+  // Stopped in deactivate (shutdown, exit), which VS Code awaits, unlike disposables.
   const started = startDaemon(output);
   client = started;
-  context.subscriptions.push({ dispose: () => void started.stop() });
 
   const refresh = new Refresher(started, status, output);
   context.subscriptions.push(
