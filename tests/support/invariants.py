@@ -10,7 +10,6 @@ import copy
 from typing import Any
 
 import orjson
-
 from compactd.context.tokens import (
     BLOCK_OVERHEAD,
     IMAGE_TOKENS,
