@@ -350,13 +350,18 @@ async def test_snip_removes_whole_old_turns(client: CompactdClient) -> None:
     assert result.tokens_before == before.total
     assert result.tokens_after <= before.total // 2
     (snip,) = records(await client.get(sid), "snip")
+    assert len(snip["data"]["turns"]) == result.removed_turns
     after = await client.measure(sid)
     assert after.total == result.tokens_after
     assert after.turns_shown == before.turns_shown - result.removed_turns
+    seen = texts((await client.render(sid)).request)
+    assert "task s-0" in seen  # the first user turn is protected …
+    for turn in snip["data"]["turns"]:  # … the snipped turns are gone, with their requests
+        request = (await client.get(sid, node_id=turn))["node"]["content"][0]["text"]
+        assert request.startswith("task s-") and request not in seen
     none = await client.snip(sid, target_tokens=10 * before.total)
     assert none.applied is False and none.removed_turns == 0
-    assert len(records(await client.get(sid), "snip")) == 1, "nothing written when not applied"
-    assert snip["id"]
+    assert records(await client.get(sid), "snip") == [snip], "nothing written when not applied"
 
 
 async def test_collapse_then_uncollapse(client: CompactdClient) -> None:
