@@ -17,7 +17,7 @@ from compactd.protocol import types as t
 
 from .conftest import running
 from .convo import texts, tool_turns, user
-from .wire import session_log
+from .wire import RawDaemon, session_log
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 WAIT = 10.0
@@ -159,3 +159,29 @@ async def test_an_append_during_the_summary_wins(client: CompactdClient, data_di
     assert view["head"] == appended[-1]  # the append went through …
     assert [r for r in view["records"] if r["kind"] == "summary"] == []  # … the summary did not
     assert "a new request while you summarize" in texts((await client.render(sid)).request)
+
+
+async def test_a_late_answer_after_cancel_is_dropped(tmp_path: Path) -> None:
+    """Byte level, whatever a client library does on cancel: the answer to a `context/summarize`
+    the daemon stopped waiting for must not disturb it (it used to end the daemon)."""
+    data = tmp_path / "data"
+    raw = await RawDaemon.spawn(data, "--summary-provider", "client", log_path=tmp_path / "log")
+    try:
+        await raw.call("session/open", {"sessionId": "cx-late"})
+        await raw.call(
+            "session/append", {"sessionId": "cx-late", "messages": tool_turns("late", 6, 1500)}
+        )
+        before = session_log(data, "cx-late").read_bytes()
+        compact = raw.send_request("context/compact", {"sessionId": "cx-late"})
+        ask = await raw.wait_for(lambda m: m.get("method") == "context/summarize")
+        raw.notify("$/cancelRequest", {"id": compact})
+        assert (await raw.response(compact))["error"]["code"] == -32800
+        raw.send({"jsonrpc": "2.0", "id": ask["id"], "result": {"text": "a late summary"}})
+        raw.send({"jsonrpc": "2.0", "id": ask["id"], "error": {"code": -1, "message": "twice"}})
+        status = await raw.call("daemon/status", {})
+        assert status["loadedSessions"] == ["cx-late"]
+        assert session_log(data, "cx-late").read_bytes() == before
+        assert await raw.shutdown_and_exit() == 0
+    finally:
+        await raw.kill()
+    assert raw.violations == []
