@@ -1,0 +1,33 @@
+"""The whole cascade with the offline `digest` provider over every shared Claude Code
+transcript at 32K, 64K and 200K windows: every request fits, and compaction never loops."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cascade.replay import ALL, LARGEST, replayed
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("window", [32_000, 64_000, 200_000])
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name[:8])
+def test_digest_replay_fits_and_never_loops(path: Path, window: int) -> None:
+    report = replayed(path, window, "digest")
+    print(report.line())
+    assert report.peak <= report.limit
+    assert report.functions.peak <= report.limit
+    per_step = report.summaries_per_step + report.functions.summaries_per_step
+    assert len(per_step) == report.steps + report.functions.steps
+    assert max(per_step) <= 1  # no step summarizes twice
+    # each summary takes at least one turn no earlier summary took
+    assert sum(per_step) <= report.turns
+    assert report.fired["summary"] == sum(report.summaries_per_step)
+
+
+def test_the_window_decides_how_often_the_summary_runs() -> None:
+    counts = [replayed(LARGEST, w, "digest").fired["summary"] for w in (32_000, 64_000, 200_000)]
+    assert counts[0] >= counts[1] >= counts[2] == 0
+    assert counts[0] >= 1
