@@ -1,0 +1,287 @@
+"""Tier 4's rules at the engine: which turns the rolling summary replaces, what its input and
+its marker hold, and that nothing is written when generation fails or the session moves."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from compactd.context.cascade import SessionChanged, SummaryNeeded, digest_answer
+from compactd.context.engine import Engine
+from compactd.context.summarize import SummaryFailure, SummaryResult
+from compactd.daemon.providers.anthropic_provider import AnthropicSummaryProvider
+
+from tests.cascade.helpers import (
+    THRESHOLD,
+    Recorder,
+    assistant,
+    cascade,
+    check_no_split_turn,
+    check_wire,
+    filler,
+    log_bytes,
+    open_session,
+    params,
+    records,
+    results,
+    texts,
+    tool_result,
+    tool_use,
+    user,
+)
+from tests.summary.helpers import turn
+from tests.support.fake_anthropic import FakeAnthropic, Reply
+
+REMOVED = "[the work of this turn was removed earlier to fit the window]"
+
+
+def explained(tag: str, words: int) -> list[dict[str, Any]]:
+    """A complete turn whose bulk is the assistant's explanation (kept out of the marker)."""
+    return [
+        user(f"Request {tag}: explain module {tag}."),
+        assistant(filler(f"{tag}x", words)),
+        assistant(f"Module {tag} explained."),
+    ]
+
+
+def turn_starts(engine: Engine, sid: str) -> list[str]:
+    g = engine.session(sid).graph
+    path = g.branch_path()
+    return [path.line.ids[s] for s, _ in path.turn_bounds()]
+
+
+def manual(engine: Engine, sid: str, answer: Any = None) -> tuple[Recorder, Any]:
+    recorder = Recorder(answer or digest_answer)
+    out = cascade(engine, sid, params(), answer=recorder, manual=True)
+    return recorder, out
+
+
+@pytest.fixture
+def digest_engine(store: Any) -> Engine:
+    return Engine(store, summary_provider="digest")
+
+
+def test_the_latest_two_complete_turns_and_the_active_one_stay(digest_engine: Engine) -> None:
+    engine = digest_engine
+    sid = open_session(engine)
+    engine.append(sid, messages=[m for k in range(6) for m in turn(f"k{k}")])
+    engine.append(sid, messages=[user("Request k6: go on.")])
+    recorder, out = manual(engine, sid)
+    (summary,) = records(engine, sid, "summary")
+    starts = turn_starts(engine, sid)
+    assert summary.data["turns"] == starts[:4]
+    (need,) = recorder.needs
+    for k in range(4):
+        assert f"USER: Request k{k}:" in need.request.prompt
+        assert f"TOOL RESULT (toolu_k{k})" in need.request.prompt
+    for k in (4, 5, 6):
+        assert f"Request k{k}" not in need.request.prompt
+    shown = check_no_split_turn(engine, sid, out.rendered.request)
+    assert shown[4:6] == [True, True]
+    assert "Request k6: go on." in texts(out.rendered.request)
+    check_wire(out.rendered)
+
+
+def test_when_two_kept_turns_are_still_too_many_only_the_latest_turn_stays(
+    digest_engine: Engine,
+) -> None:
+    engine = digest_engine
+    sid = open_session(engine)
+    for k in range(4):
+        engine.append(sid, messages=turn(f"s{k}", 1200))
+    engine.append(sid, messages=explained("b4", 2600) + explained("b5", 2600))
+    engine.append(sid, messages=[user("Request a6: now finish.")])
+    before = engine.render(sid, params()).total
+    assert before > THRESHOLD
+    _, out = manual(engine, sid)
+    (summary,) = records(engine, sid, "summary")
+    assert summary.data["turns"] == turn_starts(engine, sid)[:6]  # all but the active turn
+    assert out.rendered.total < THRESHOLD < before
+    assert "Request a6: now finish." in texts(out.rendered.request)
+    # the checkpoint still quotes every request it replaced
+    marker = next(t for t in texts(out.rendered.request) if t.startswith("[compactd: summary"))
+    for tag in ("s0", "s3", "b4", "b5"):
+        assert f"Request {tag}:" in marker
+
+
+def test_the_active_turn_is_never_replaced_even_when_huge(digest_engine: Engine) -> None:
+    engine = digest_engine
+    sid = open_session(engine)
+    for k in range(3):
+        engine.append(sid, messages=turn(f"h{k}"))
+    engine.append(
+        sid,
+        messages=[
+            user("Request act: a big job."),
+            assistant(filler("actx", 3000), tool_use("toolu_act", "Read")),
+            results(tool_result("toolu_act", filler("actr", 300))),
+        ],
+    )
+    _, out = manual(engine, sid)
+    (summary,) = records(engine, sid, "summary")
+    g = engine.session(sid).graph
+    active_start = turn_starts(engine, sid)[-1]
+    assert active_start not in summary.data["turns"]
+    assert g.tool_by_use_id("toolu_act").id not in summary.covers  # type: ignore[union-attr]
+    shown = check_no_split_turn(engine, sid, out.rendered.request)
+    assert shown[-1]
+
+
+def test_the_input_and_the_covered_range_are_the_same(digest_engine: Engine) -> None:
+    engine = digest_engine
+    sid = open_session(engine)
+    engine.append(sid, messages=[m for k in range(5) for m in turn(f"r{k}")])
+    recorder, _ = manual(engine, sid)
+    (summary,) = records(engine, sid, "summary")
+    (need,) = recorder.needs
+    g = engine.session(sid).graph
+    covered_tools = {g.nodes[n].tool_use_id for n in summary.covers if g.nodes[n].kind == "tool"}
+    in_prompt = {
+        line.split(")", 1)[0].removeprefix("TOOL CALL Read (")
+        for line in need.request.prompt.splitlines()
+        if line.startswith("TOOL CALL ")
+    }
+    assert in_prompt == covered_tools == {"toolu_r0", "toolu_r1", "toolu_r2"}
+    covered_users = [
+        g.nodes[n].content[0]["text"]
+        for n in summary.covers
+        if g.nodes[n].kind == "user" and not g.nodes[n].meta
+    ]
+    assert covered_users == summary.data["userRequests"]
+    assert need.request.prompt.startswith(f"USER: {covered_users[0]}")
+    assert [i["text"] for i in need.request.items if i["type"] == "user"] == covered_users
+
+
+def test_the_marker_quotes_the_requests_and_last_answer_the_summary_left_out(
+    digest_engine: Engine,
+) -> None:
+    engine = digest_engine
+    sid = open_session(engine)
+    engine.append(sid, messages=[m for k in range(4) for m in turn(f"q{k}")])
+    _, out = manual(engine, sid, lambda need: SummaryResult(text="terse checkpoint", model="m"))
+    marker = next(t for t in texts(out.rendered.request) if t.startswith("[compactd: summary"))
+    assert "terse checkpoint" in marker
+    assert "[the user's requests in that part, verbatim]" in marker
+    for k in (0, 1):
+        assert f"- Request q{k}: inspect module q{k} and report what it does." in marker
+    assert "[the assistant's last message in that part, verbatim]" in marker
+    assert marker.endswith("Module q1 parses the q1 records and writes a report.")
+
+
+def test_snipped_turns_in_the_range_bring_their_requests(digest_engine: Engine) -> None:
+    engine = digest_engine
+    sid = open_session(engine)
+    engine.append(sid, messages=[m for k in range(6) for m in turn(f"n{k}")])
+    snip = engine.snip(sid, params(), 1)
+    assert snip.events[0]["details"]["removedTurns"] == 4  # n1..n4: n0 and n5 are protected
+    recorder, out = manual(engine, sid)
+    (need,) = recorder.needs
+    prompt = need.request.prompt
+    (summary,) = records(engine, sid, "summary")
+    assert summary.data["turns"] == turn_starts(engine, sid)[:4]  # n4, n5 are the kept two
+    assert prompt.count(REMOVED) == 3
+    for k in range(1, 4):  # snipped: the request, never the results
+        assert f"USER: Request n{k}:" in prompt and f"TOOL RESULT (toolu_n{k})" not in prompt
+    assert "TOOL RESULT (toolu_n0)" in prompt  # the first turn was kept by snip
+    # n4 stays snipped behind its own marker, after the summary's
+    shown = texts(out.rendered.request)
+    assert shown[0].startswith("[compactd: summary")
+    assert shown[1].startswith("[compactd: 1 earlier turn removed here")
+    assert "Request n5: inspect module n5 and report what it does." in shown
+
+
+def test_one_rolling_summary_in_force_the_older_ones_stay(digest_engine: Engine) -> None:
+    engine = digest_engine
+    sid = open_session(engine)
+    engine.append(sid, messages=[m for k in range(4) for m in turn(f"o{k}")])
+    head = engine.session(sid).graph.head()
+    manual(engine, sid, lambda need: SummaryResult(text="ONE", model="m"))
+    engine.append(sid, messages=turn("o4") + turn("o5"))
+    recorder, out = manual(engine, sid, lambda need: SummaryResult(text="TWO", model="m"))
+    assert recorder.needs[0].request.prompt.startswith("<previous_checkpoint>\nONE\n")
+    first, second = records(engine, sid, "summary")
+    assert second.data["prior"] == first.id
+    assert set(first.covers) < set(second.covers)
+    markers = [t for t in texts(out.rendered.request) if t.startswith("[compactd: summary")]
+    assert len(markers) == 1 and "TWO" in markers[0] and "ONE" not in markers[0]
+    assert engine.session(sid).graph.nodes[head].kind == "assistant"  # nothing was rewritten
+    assert out.rendered.projection.summary is not None
+    assert out.rendered.projection.summary.id == second.id
+
+
+def test_a_session_change_during_generation_writes_nothing(digest_engine: Engine) -> None:
+    engine = digest_engine
+    sid = open_session(engine)
+    engine.append(sid, messages=[m for k in range(4) for m in turn(f"c{k}")])
+    gen = engine.cascade(sid, params(), manual=True)
+    need = next(gen)
+    log = log_bytes(engine, sid)
+    engine.append(sid, messages=[user("meanwhile, another request")])
+    appended = log_bytes(engine, sid)
+    assert appended != log
+    with pytest.raises(SessionChanged):
+        gen.send(digest_answer(need))
+    assert log_bytes(engine, sid) == appended
+    assert records(engine, sid, "summary") == []
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        SummaryFailure("cancelled", "the caller cancelled"),
+        SummaryFailure("empty", "no text"),
+        SummaryResult(text="   ", model="m"),
+    ],
+    ids=["cancelled", "empty-failure", "blank-text"],
+)
+def test_a_failed_generation_writes_nothing_and_substitutes_nothing(
+    digest_engine: Engine, answer: SummaryResult | SummaryFailure
+) -> None:
+    engine = digest_engine
+    sid = open_session(engine)
+    engine.append(sid, messages=[m for k in range(4) for m in turn(f"x{k}")])
+    log = log_bytes(engine, sid)
+    before = engine.render(sid, params()).request
+    _, out = manual(engine, sid, lambda need: answer)
+    (event,) = out.events
+    assert not event["applied"] and "nothing was written" in event["reason"]
+    assert log_bytes(engine, sid) == log
+    assert out.rendered.request == before  # no structural stand-in either
+
+
+# ---- a real provider timing out ---------------------------------------------------------------
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeAnthropic]:
+    with FakeAnthropic(api_key="test") as server:
+        yield server
+
+
+async def test_a_stall_past_the_providers_timeout_writes_nothing(
+    digest_engine: Engine, fake: FakeAnthropic
+) -> None:
+    engine = digest_engine
+    sid = open_session(engine)
+    engine.append(sid, messages=[m for k in range(4) for m in turn(f"t{k}")])
+    log = log_bytes(engine, sid)
+    fake.push(Reply.stall(5))
+    provider = AnthropicSummaryProvider(
+        api_key="test", base_url=fake.base_url, timeout_seconds=0.3, max_retries=0
+    )
+    gen = engine.cascade(sid, params(), manual=True)
+    need: SummaryNeeded = next(gen)
+    try:
+        answer: SummaryResult | SummaryFailure = await provider.summarize(need.request)
+    except SummaryFailure as failure:
+        answer = failure
+    finally:
+        await provider.aclose()
+    assert isinstance(answer, SummaryFailure) and answer.kind == "timeout"
+    with pytest.raises(StopIteration) as stop:
+        gen.send(answer)
+    (event,) = stop.value.value.events
+    assert not event["applied"] and "timeout" in event["reason"]
+    assert log_bytes(engine, sid) == log
+    assert len(fake.messages_requests()) == 1
