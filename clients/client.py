@@ -64,7 +64,7 @@ class CompactdClient:
         self._listeners: dict[str, list[Handler]] = {}
         self._request_handlers: dict[str, Callable[[dict[str, Any]], Awaitable[Any] | Any]] = {}
         self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: dict[Any, asyncio.Task[Any]] = {}  # daemon requests being answered
         self._closed = False
         self._reader_task = asyncio.ensure_future(self._read_loop())
 
@@ -145,8 +145,12 @@ class CompactdClient:
     def _dispatch(self, msg: dict[str, Any]) -> None:
         if "method" in msg and "id" in msg:  # a request from the daemon
             task = asyncio.ensure_future(self._answer(msg))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks[msg["id"]] = task
+            task.add_done_callback(lambda _t, i=msg["id"]: self._tasks.pop(i, None))
+        elif msg.get("method") == "$/cancelRequest":  # the daemon no longer needs an answer
+            task = self._tasks.get((msg.get("params") or {}).get("id"))
+            if task is not None:
+                task.cancel()
         elif "method" in msg:
             params = msg.get("params") or {}
             for listener in self._listeners.get(msg["method"], []):
@@ -181,6 +185,14 @@ class CompactdClient:
                 result = await result
             payload = unstructure(result) if attrs.has(type(result)) else result
             self._send({"jsonrpc": "2.0", "id": msg["id"], "result": payload})
+        except asyncio.CancelledError:
+            self._send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": msg["id"],
+                    "error": {"code": -32800, "message": "cancelled by the daemon"},
+                }
+            )
         except Exception as exc:
             self._send(
                 {"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32603, "message": str(exc)}}

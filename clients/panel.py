@@ -82,5 +82,7 @@ def build_panel(measure: dict[str, Any], title: str = "Context") -> Group:
     return Group(*lines)
 
 
-def print_panel(measure: dict[str, Any], title: str = "Context", console: Console | None = None) -> None:
+def print_panel(
+    measure: dict[str, Any], title: str = "Context", console: Console | None = None
+) -> None:
     (console or Console()).print(build_panel(measure, title))

@@ -192,9 +192,15 @@ class Session:
                 attach = parent if parent is not None else g.head(branch, function)
                 node = g.nodes.get(attach) if attach else None
                 if node is None or node.kind != "assistant":
+                    if attach is None:
+                        where = "the thread is empty"
+                    elif node is None:
+                        where = f"got {attach!r}, which does not exist"
+                    else:
+                        where = f"got {attach!r}, a {node.kind} node"
                     raise InvalidGraph(
                         "a function not called as a tool must hang off an assistant node "
-                        f"(got {attach!r})",
+                        f"({where}); pass toolUseId or parent",
                         parent=attach,
                     )
             fid = _new_id(g, "f", seq)

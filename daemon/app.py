@@ -159,7 +159,7 @@ class App:
             provider = make_provider(
                 name,
                 session_id=session_id,
-                send_request=self.server.protocol.send_request_async,
+                protocol=self.server.protocol,
                 model=self.settings.summary_model,
                 timeout_seconds=self.settings.summarize_timeout_seconds,
             )

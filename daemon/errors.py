@@ -25,7 +25,9 @@ def to_rpc_error(exc: BaseException) -> JsonRpcException:
     if isinstance(exc, JsonRpcException):
         return exc
     if isinstance(exc, ParamsError):
-        return JsonRpcInvalidParams(message=str(exc))
+        return JsonRpcInvalidParams(
+            message=str(exc), data={"kind": "invalid_params", "fields": exc.fields}
+        )
     if isinstance(exc, CompactdError):
         return CompactdRpcError(exc.kind, exc.message, _jsonable(exc.data))
     return JsonRpcInternalError(

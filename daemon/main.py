@@ -57,6 +57,7 @@ def serve(args: argparse.Namespace) -> int:
         logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
     # pygls logs every error answer with a traceback; the client already got a clear error
     logging.getLogger("pygls.protocol.json_rpc").setLevel(
-        logging.DEBUG if level == "DEBUG" else logging.CRITICAL)
+        logging.DEBUG if level == "DEBUG" else logging.CRITICAL
+    )
     server, app = build(settings_from(args))
     return asyncio.run(serve_stdio(server, background=app.background()))

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import attrs
 import orjson
 from lsprotocol.converters import get_converter
+from lsprotocol.types import TextDocumentSyncKind
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidRequest
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
@@ -97,6 +98,7 @@ class CompactdServer(LanguageServer):
         super().__init__(
             name="compactd",
             version=__version__,
+            text_document_sync_kind=TextDocumentSyncKind.None_,  # no documents here
             protocol_cls=CompactdProtocol,
             converter_factory=get_converter,
         )

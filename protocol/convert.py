@@ -19,7 +19,12 @@ T = TypeVar("T")
 
 
 class ParamsError(ValueError):
-    """Params that do not fit their type; the message names every offending field."""
+    """Params that do not fit their type; the message names every offending field, and
+    `fields` lists their paths as the client wrote them (`params.sessionId`)."""
+
+    def __init__(self, message: str, fields: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.fields = list(fields or [])
 
 
 def _strict(kind: type, name: str, exclude_bool: bool = False) -> Any:
@@ -120,29 +125,54 @@ def structure(raw: Any, cls: type[T], method: str = "") -> T:
         raw = {}
     if not isinstance(raw, dict):
         raise ParamsError(f"params of {method or cls.__name__} must be an object")
+    name = method or cls.__name__
     for key, value in raw.items():
         if _too_deep(value, MAX_DEPTH - 1):
             raise ParamsError(
-                f"invalid params for {method or cls.__name__}: nested deeper than {MAX_DEPTH} "
-                f"levels @ params.{key}"
+                f"invalid params for {name}: nested deeper than {MAX_DEPTH} levels @ params.{key}",
+                [f"params.{key}"],
             )
     try:
         return CONVERTER.structure(raw, cls)
     except cattrs.BaseValidationError as exc:
-        problems = [_camel_path(p) for p in cattrs.transform_error(exc, path="params")]
+        problems = [_explain(p) for p in cattrs.transform_error(exc, path="params")]
         raise ParamsError(
-            f"invalid params for {method or cls.__name__}: " + "; ".join(problems)
+            f"invalid params for {name}: " + "; ".join(t for t, _ in problems),
+            [path for _, path in problems if path],
         ) from None
     except (TypeError, ValueError) as exc:
-        raise ParamsError(f"invalid params for {method or cls.__name__}: {exc}") from None
+        raise ParamsError(f"invalid params for {name}: {exc}") from None
 
 
-def _camel_path(problem: str) -> str:
-    """Field paths as the client wrote them (`params.sessionId`, not `params.session_id`)."""
+_JSON_NAMES = {
+    "str": "a string",
+    "int": "an integer",
+    "bool": "a boolean",
+    "float": "a number",
+    "None": "null",
+    "NoneType": "null",
+    "dict[str, typing.Any]": "an object",
+    "list[dict[str, typing.Any]]": "an array of objects",
+    "list[str]": "an array of strings",
+    "typing.Any": "any value",
+}
+
+
+def _explain(problem: str) -> tuple[str, str | None]:
+    """A cattrs problem in the client's words: JSON type names, and the field path as the
+    client wrote it (`params.sessionId`, not `params.session_id`)."""
     text, sep, path = problem.rpartition(" @ ")
     if not sep:
-        return problem
-    return f"{text} @ " + re.sub(r"_([a-z])", lambda m: m.group(1).upper(), path)
+        return problem, None
+    path = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), path)
+    expected = re.search(r"expected (.+)$", text)
+    if expected:
+        names = [_JSON_NAMES.get(t.strip(), t.strip()) for t in expected.group(1).split(" | ")]
+        text = "expected " + " or ".join(names)
+    literal = re.search(r"\((.+) not in literal typing\.Literal\[(.+)\]\)", text)
+    if literal:
+        text = f"{literal.group(1)!r} is not one of {literal.group(2)}"
+    return f"{text} @ {path}", path
 
 
 def unstructure(obj: Any) -> Any:

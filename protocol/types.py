@@ -120,7 +120,7 @@ class FunctionStartResult:
 class FunctionCompleteParams:
     session_id: str
     function_id: str
-    output: Any = ""
+    output: str | list[Json] = ""
     status: Literal["completed", "error"] = "completed"
 
 

@@ -12,13 +12,16 @@ Which one a session uses: its config's `summaryProvider`, else `COMPACTD_SUMMARY
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from lsprotocol.types import CancelParams  # pygls types this notification
 
 from ...context import digest
 from ...context.summarize import SummaryFailure, SummaryRequest, SummaryResult
 from ...protocol import methods
-from ...protocol.convert import ParamsError, structure
+from ...protocol.convert import ParamsError, structure, unstructure
 from ...protocol.types import SummarizeParams, SummarizeResult
 
 PROVIDERS = ("anthropic", "client", "digest")
@@ -26,15 +29,12 @@ Summarize = Callable[[SummaryRequest], Awaitable[SummaryResult]]
 
 
 class ClientSummaryProvider:
-    """Runs summaries through the connected client's own model."""
+    """Runs summaries through the connected client's own model. A summary the daemon no
+    longer needs (its compaction was cancelled, or timed out) is cancelled at the client too,
+    so the client's model call stops."""
 
-    def __init__(
-        self,
-        send_request: Callable[[str, Any], Awaitable[Any]],
-        session_id: str,
-        timeout_seconds: float,
-    ) -> None:
-        self.send_request = send_request
+    def __init__(self, protocol: Any, session_id: str, timeout_seconds: float) -> None:
+        self.protocol = protocol
         self.session_id = session_id
         self.timeout_seconds = timeout_seconds
 
@@ -46,16 +46,22 @@ class ClientSummaryProvider:
             request.prompt,
             request.max_output_tokens,
         )
-        try:
-            raw = await asyncio.wait_for(
-                self.send_request(methods.REQUEST_SUMMARIZE, params), self.timeout_seconds
+        msg_id = f"summarize-{uuid.uuid4().hex}"
+        future = asyncio.wrap_future(
+            self.protocol.send_request(
+                methods.REQUEST_SUMMARIZE, unstructure(params), msg_id=msg_id
             )
+        )
+        try:
+            raw = await asyncio.wait_for(future, self.timeout_seconds)
         except TimeoutError:
+            self.protocol.notify("$/cancelRequest", CancelParams(id=msg_id))
             raise SummaryFailure(
                 "timeout",
                 f"the client did not answer context/summarize within {self.timeout_seconds:.0f} s",
             ) from None
         except asyncio.CancelledError:
+            self.protocol.notify("$/cancelRequest", CancelParams(id=msg_id))
             raise
         except Exception as exc:  # the client answered with an error
             raise SummaryFailure("other", f"the client's summarizer failed: {exc}") from None
@@ -81,12 +87,12 @@ class DigestProvider:
 
 
 def make_provider(
-    name: str, *, session_id: str, send_request: Any, model: str | None, timeout_seconds: float
+    name: str, *, session_id: str, protocol: Any, model: str | None, timeout_seconds: float
 ) -> Any:
     if name == "digest":
         return DigestProvider()
     if name == "client":
-        return ClientSummaryProvider(send_request, session_id, timeout_seconds)
+        return ClientSummaryProvider(protocol, session_id, timeout_seconds)
     if name == "anthropic":
         from .anthropic_provider import AnthropicSummaryProvider
 

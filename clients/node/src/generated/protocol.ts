@@ -98,7 +98,7 @@ export interface FunctionCompleteParams {
   sessionId: string;
   functionId: string;
   /** Default: `""` (may be omitted). */
-  output?: unknown;
+  output?: string | JsonInput[];
   /** Default: `"completed"` (may be omitted). */
   status?: "completed" | "error";
 }
