@@ -129,12 +129,15 @@ class Record:
 class Line:
     """A growable chain of thread node ids shared by every path that is a prefix of it."""
 
-    __slots__ = ("ids", "pos", "turn_starts")
+    __slots__ = ("bounds", "ids", "pos", "turn_starts")
 
     def __init__(self, ids: list[str], starts: list[int], pos: dict[str, int]) -> None:
         self.ids = ids
         self.pos = pos
         self.turn_starts = starts
+        # (length, turn bounds) of the path last asked: a prefix never changes, so a longer
+        # path of the same line only adds to it
+        self.bounds: tuple[int, tuple[tuple[int, int], ...]] | None = None
 
 
 @attrs.frozen(slots=True)
@@ -166,19 +169,34 @@ class Path:
     def head(self) -> str | None:
         return self.line.ids[self.length - 1] if self.length else None
 
-    def turn_bounds(self) -> list[tuple[int, int]]:
+    def turn_bounds(self) -> tuple[tuple[int, int], ...]:
         """Half-open index ranges of the turns; a leading run before the first user node
-        (an assistant opener, meta content) is a turn of its own."""
-        starts = self.line.turn_starts
-        n = bisect.bisect_left(starts, self.length)
-        bounds = list(starts[:n])
-        if not bounds or bounds[0] != 0:
-            bounds.insert(0, 0)
+        (an assistant opener, meta content) is a turn of its own.
+
+        Every render asks for them; they are kept on the line and extended as it grows, so
+        a long session does not rebuild them all after each append."""
         if self.length == 0:
-            return []
-        return [
-            (b, bounds[i + 1] if i + 1 < len(bounds) else self.length) for i, b in enumerate(bounds)
-        ]
+            return ()
+        line = self.line
+        memo = line.bounds
+        if memo is not None and memo[0] == self.length:
+            return memo[1]
+        starts = line.turn_starts
+        end = bisect.bisect_left(starts, self.length)
+        if memo is not None and 0 < memo[0] < self.length:
+            kept = memo[1][:-1]  # every turn but the last is final
+            firsts = [memo[1][-1][0], *starts[bisect.bisect_right(starts, memo[1][-1][0]) : end]]
+        else:
+            kept = ()
+            firsts = list(starts[:end])
+            if not firsts or firsts[0] != 0:
+                firsts.insert(0, 0)
+        last = len(firsts) - 1
+        bounds = kept + tuple(
+            (b, firsts[i + 1] if i < last else self.length) for i, b in enumerate(firsts)
+        )
+        line.bounds = (self.length, bounds)
+        return bounds
 
 
 class Graph:
