@@ -241,7 +241,7 @@ def from_nodes(nodes: Any) -> list[Spec]:
             raise InvalidGraph(
                 f"{where}: unknown node kind {kind!r}; expected one of {list(_RAW_KINDS)}{hint}",
                 where=where,
-                kind=kind if isinstance(kind, str) else repr(kind),
+                nodeKind=kind if isinstance(kind, str) else repr(kind),
             )
         node_id = raw.get("id")
         if node_id is not None and not isinstance(node_id, str):

@@ -23,7 +23,7 @@ from .errors import (
     InvalidGraph,
     InvalidPairing,
     PendingToolResults,
-    UnknownSession,
+    StoreFailure,
 )
 from .graph import EXPOSE_MODES, Graph, Node
 from .store import SESSION_ID_RE, LoadReport, Store, check_session_id
@@ -52,6 +52,7 @@ class Session:
         self.report = report
         self.clock = clock
         self._buffer: list[dict[str, Any]] | None = None
+        self.unborn: list[dict[str, Any]] | None = None  # events of a log not yet created
         self.listeners: list[Callable[[list[dict[str, Any]]], None]] = []
 
     @property
@@ -67,13 +68,11 @@ class Session:
         events, report = self.store.read_from(self.id, self.offset)
         applied = []
         for event in events:
-            if event["seq"] <= self.graph.seq:
+            seq = event.get("seq")
+            if isinstance(seq, int) and seq <= self.graph.seq:
                 continue  # already ours
-            try:
-                self.graph.apply(event)
+            if apply_or_report(self.graph, event, self.report):
                 applied.append(event)
-            except InvalidGraph:
-                self.report.bad_lines.append(-event["seq"])
         self.offset = report.end_offset
         self.report.torn_tail = report.torn_tail
         if applied:
@@ -105,7 +104,8 @@ class Session:
 
     @contextlib.contextmanager
     def buffered(self) -> Iterator[None]:
-        """Collect writes in memory and write them with one fsync at the end (imports)."""
+        """Collect writes in memory and write them with one fsync at the end (imports); an
+        unborn session's log is created then, holding everything at once."""
         self._buffer = []
         try:
             yield
@@ -113,7 +113,10 @@ class Session:
             self._buffer = None
             raise
         events, self._buffer = self._buffer, None
-        if events:
+        if self.unborn is not None:
+            self.offset = self.store.create(self.id, self.unborn + events)
+            self.unborn = None
+        elif events:
             with self.store.locked(self.id):
                 self.offset = self.store.append(self.id, events)
 
@@ -328,7 +331,11 @@ class Library:
         session_id: str | None = None,
         config: dict[str, Any] | None = None,
         meta: dict[str, Any] | None = None,
+        *,
+        unborn: bool = False,
     ) -> Session:
+        """A new session. `unborn`: nothing is on disk until its `buffered()` block ends, so
+        an import that fails half-way leaves no session behind."""
         sid = check_session_id(session_id) if session_id is not None else uuid.uuid4().hex
         now = self.clock()
         event = {
@@ -339,9 +346,15 @@ class Library:
             "config": config or {},
             "meta": meta or {},
         }
-        size = self.store.create(sid, [event])
         graph = Graph(sid)
         graph.apply(event)
+        if unborn:
+            if self.store.exists(sid):
+                raise StoreFailure(f"session {sid} already exists", sessionId=sid)
+            session = Session(self.store, graph, 0, LoadReport(events=1), self.clock)
+            session.unborn = [event]
+            return session
+        size = self.store.create(sid, [event])
         return Session(self.store, graph, size, LoadReport(events=1, end_offset=size), self.clock)
 
     def load(self, session_id: str) -> Session:
@@ -349,12 +362,13 @@ class Library:
         events, report = self.store.read_from(sid, 0)
         graph = Graph(sid)
         for event in events:
-            try:
-                graph.apply(event)
-            except InvalidGraph:
-                report.bad_lines.append(-int(event.get("seq", 0)))
-        if not events or events[0].get("t") != "open":
-            raise UnknownSession(f"session {sid!r} has no valid header", sessionId=sid)
+            apply_or_report(graph, event, report)
+        if not events or events[0].get("t") != "open" or graph.seq == 0:
+            raise StoreFailure(
+                f"the log of session {sid!r} has no valid header; it cannot be loaded",
+                sessionId=sid,
+                badLines=report.bad_lines,
+            )
         return Session(self.store, graph, report.end_offset, report, self.clock)
 
     def exists(self, session_id: str) -> bool:
@@ -362,6 +376,20 @@ class Library:
 
     def list(self) -> list[str]:
         return self.store.list_sessions()
+
+
+def apply_or_report(graph: Graph, event: dict[str, Any], report: LoadReport) -> bool:
+    """Apply one event read from a log; an event that does not fit (inconsistent, or of the
+    wrong shape — a hand-edited or foreign line) is reported as a bad line, never fatal."""
+    seq = event.get("seq")
+    try:
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise InvalidGraph(f"event seq must be an integer, got {seq!r}")
+        graph.apply(event)
+        return True
+    except (InvalidGraph, KeyError, TypeError, ValueError, AttributeError):
+        report.bad_lines.append(-seq if isinstance(seq, int) else 0)
+        return False
 
 
 # ---- planning an append ------------------------------------------------------------------

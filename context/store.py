@@ -22,7 +22,7 @@ import orjson
 import platformdirs
 from filelock import FileLock, Timeout
 
-from .errors import InvalidSessionId, StoreFailure, UnknownSession
+from .errors import InvalidContent, InvalidSessionId, StoreFailure, UnknownSession
 
 SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 LOG_SUFFIX = ".jsonl"
@@ -217,7 +217,10 @@ class Store:
 
     @staticmethod
     def _write(fd: int, events: list[dict[str, Any]], prefix: bytes = b"") -> int:
-        payload = prefix + b"".join(orjson.dumps(e) + b"\n" for e in events)
+        try:
+            payload = prefix + b"".join(orjson.dumps(e) + b"\n" for e in events)
+        except orjson.JSONEncodeError as exc:  # e.g. nested deeper than JSON can be written
+            raise InvalidContent(f"this content cannot be stored: {exc}") from None
         try:
             view = memoryview(payload)
             while view:

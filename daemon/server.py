@@ -72,7 +72,23 @@ class CompactdProtocol(LanguageServerProtocol):
             body = orjson.dumps(data, default=_fallback)
         except Exception:
             log.exception("cannot encode a reply")
-            return
+            msg_id = data.get("id") if isinstance(data, dict) else getattr(data, "id", None)
+            is_call = (
+                data.get("method") if isinstance(data, dict) else getattr(data, "method", None)
+            ) is not None
+            if msg_id is None or is_call:
+                return  # a notification or request of ours: nobody waits on an answer
+            body = orjson.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": msg_id,
+                    "error": {
+                        "code": -32603,
+                        "message": "internal error: the answer could not be encoded",
+                        "data": {"kind": "internal_error"},
+                    },
+                }
+            )
         header = f"Content-Length: {len(body)}\r\n\r\n".encode("ascii")
         self.writer.write(header + body)  # our stdio writer is synchronous
 

@@ -77,7 +77,7 @@ def import_session(
     library: Library, imported: ImportedSession, session_id: str | None = None
 ) -> Session:
     """Create a session holding the whole transcript, written with a single fsync."""
-    session = library.create(session_id, meta=session_meta(imported))
+    session = library.create(session_id, meta=session_meta(imported), unborn=True)
     applier = OpApplier(session)
     real_clock = session.clock
     session.clock = lambda: applier.now

@@ -253,17 +253,40 @@ async def test_unknown_method_is_32601(daemon: RawDaemon) -> None:
         assert error["code"] == -32601, (method, error)
 
 
-async def test_internal_error_carries_no_traceback(daemon: RawDaemon, data_dir: Path) -> None:
-    # A log line of the right JSON shape but the wrong types (written by hand or by something
-    # else): the engine's loader does not expect it, so this is an unexpected exception inside
-    # a handler — the path every bug takes.
+async def test_a_corrupt_log_is_a_store_failure_never_a_crash(
+    daemon: RawDaemon, data_dir: Path
+) -> None:
+    # a log line of the right JSON shape but the wrong types (hand-edited or foreign): reported
+    # as unreadable, and the daemon goes on serving
     (data_dir / "sessions" / "err-corrupt.jsonl").write_bytes(
         b'{"t":"open","seq":"one","ts":1.0,"sid":"err-corrupt","config":{},"meta":{}}\n'
     )
     error = await daemon.error("session/get", {"sessionId": "err-corrupt"})
-    assert error["code"] == -32603
-    assert error["data"]["kind"] == "internal_error"
-    assert set(error["data"]) == {"kind", "type"}, "no traceback, no locals, no paths"
-    assert "Traceback" not in error["message"] and "File " not in error["message"]
-    assert "Traceback" in daemon.log_text(), "the details go to the daemon's log instead"
+    assert error["code"] == CODE_BY_KIND["store_failure"]
+    assert error["data"]["kind"] == "store_failure"
+    assert "no valid header" in error["message"]
     assert (await daemon.call("session/get", {"sessionId": SID}))["sessionId"] == SID
+
+
+async def test_internal_error_carries_no_traceback(tmp_path: Path) -> None:
+    """Every bug takes this path: the `rpc` wrapper answers an unexpected exception with a
+    −32603 that names nothing but its type (the details go to the daemon's log)."""
+    from compactd.daemon.app import Settings
+    from compactd.daemon.main import build
+    from compactd.daemon.server import rpc
+    from compactd.protocol.types import ListParams
+    from pygls.exceptions import JsonRpcInternalError
+
+    server, _app = build(Settings(data_dir=tmp_path, watch=False))
+
+    @rpc(server, "test/boom", ListParams)
+    def boom(ls: object, params: ListParams) -> None:
+        raise RuntimeError("secret detail at /home/user/.ssh")
+
+    handler = server.protocol.fm.features["test/boom"]
+    with pytest.raises(JsonRpcInternalError) as caught:
+        await handler({})
+    error = caught.value.to_response_error()
+    assert error.code == -32603
+    assert error.data == {"kind": "internal_error", "type": "RuntimeError"}
+    assert "secret" not in error.message and "Traceback" not in error.message

@@ -160,8 +160,12 @@ def test_bad_line_in_the_middle_is_skipped(engine: Engine) -> None:
 def test_a_log_without_a_header_is_not_a_session(store: Store) -> None:
     store.ensure_dirs()
     store.log_path("nohead").write_bytes(b"garbage\n")
-    with pytest.raises(UnknownSession):
+    with pytest.raises(StoreFailure, match="no valid header"):
         Library(store).load("nohead")
+    # a header of the right JSON shape but the wrong types is no better (and never a crash)
+    store.log_path("badseq").write_bytes(b'{"t":"open","seq":"one","ts":1.0,"sid":"badseq"}\n')
+    with pytest.raises(StoreFailure, match="no valid header"):
+        Library(store).load("badseq")
     with pytest.raises(UnknownSession):
         Library(store).load("missing")
 
