@@ -238,3 +238,21 @@ def test_snip_on_demand_stops_at_the_protected_turns(engine: Engine) -> None:
     assert event["applied"] and event["details"]["removedTurns"] == 3
     shown = check_no_split_turn(engine, sid, outcome.rendered.request)
     assert shown == [True, False, False, False, True, True]
+
+
+def test_a_snip_that_would_grow_the_request_is_not_applied(engine: Engine) -> None:
+    """The only removable turn is smaller than the marker that would replace it."""
+    sid = open_session(engine, NO_CLEAR)
+    engine.append(sid, messages=exchange("t0", [read("t0r")], ask="the task " + filler("a", 6000)))
+    engine.append(sid, messages=[user("ok?"), assistant("ok")])
+    engine.append(sid, messages=exchange("latest", [read("l1")], ask="then " + filler("b", 3000)))
+    engine.append(sid, messages=[user("active: go")])
+    p = params()
+    before = engine.render(sid, p)
+    assert before.total > THRESHOLD
+    log = log_bytes(engine, sid)
+    out = cascade(engine, sid, p)
+    (note,) = [e for e in out.events if e["tier"] == "snip"]
+    assert not note["applied"] and note["reason"].startswith("no gain")
+    assert out.rendered.total == before.total
+    assert log_bytes(engine, sid) == log

@@ -83,6 +83,23 @@ def test_the_latest_two_complete_turns_and_the_active_one_stay(digest_engine: En
     check_wire(out.rendered)
 
 
+@pytest.mark.parametrize("active", [False, True])
+def test_short_history_under_the_threshold_is_left_alone(
+    digest_engine: Engine, active: bool
+) -> None:
+    engine = digest_engine
+    sid = open_session(engine)
+    engine.append(sid, messages=turn("z0") + turn("z1"))
+    if active:
+        engine.append(sid, messages=[user("Request z2: and now?")])
+    log = log_bytes(engine, sid)
+    recorder, out = manual(engine, sid)
+    assert recorder.needs == []
+    (event,) = out.events
+    assert not event["applied"] and event["reason"].startswith("short history")
+    assert log_bytes(engine, sid) == log
+
+
 def test_when_two_kept_turns_are_still_too_many_only_the_latest_turn_stays(
     digest_engine: Engine,
 ) -> None:
