@@ -98,7 +98,7 @@ def test_unknown_node_kind(base: Engine) -> None:
             ],
         ),
     )
-    assert err.data["kind"] == "banana"
+    assert err.data["nodeKind"] == "banana"
     expect(base, InvalidGraph, "function/start", append(base, nodes=[{"kind": "function"}]))
 
 

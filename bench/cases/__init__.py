@@ -1,0 +1,1 @@
+"""Benchmark cases: every module here registers its cases with `registry.case`."""
