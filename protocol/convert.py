@@ -1,8 +1,7 @@
 """The wire converter: camelCase names, strict JSON types, readable errors.
 
-Built on lsprotocol's converter (camelCase for every attrs class) with primitives made strict
-— cattrs would otherwise turn `"5"` into `5` — so params of the wrong type are rejected with a
-message that names the field.
+camelCase for every attrs class, with primitives made strict — cattrs would otherwise turn
+`"5"` into `5` — so params of the wrong type are rejected with a message that names the field.
 """
 
 from __future__ import annotations
@@ -10,8 +9,9 @@ from __future__ import annotations
 import re
 from typing import Any, TypeVar, get_args
 
+import attrs
 import cattrs
-from lsprotocol.converters import get_converter
+import cattrs.gen
 
 from .types import Json
 
@@ -76,8 +76,29 @@ def _system(value: Any, _type: Any) -> Any:
     return _text_or_blocks(value, _type)
 
 
+def _camel(name: str) -> str:
+    head, *rest = name.rstrip("_").split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def _renames(cls: type) -> dict[str, Any]:
+    return {
+        a.name: cattrs.gen.override(rename=_camel(a.name), omit_if_default=True)
+        for a in attrs.fields(cls)
+    }
+
+
 def make_converter() -> cattrs.Converter:
-    conv = get_converter(cattrs.Converter(forbid_extra_keys=False))
+    """camelCase on the wire for every attrs class (fields equal to their default are left
+    out of answers, as LSP peers expect), strict JSON primitives, pass-through JSON objects.
+    Plain cattrs: a client importing this does not pay for lsprotocol's ~1,000 LSP types."""
+    conv = cattrs.Converter(forbid_extra_keys=False)
+    conv.register_unstructure_hook_factory(
+        attrs.has, lambda cls: cattrs.gen.make_dict_unstructure_fn(cls, conv, **_renames(cls))
+    )
+    conv.register_structure_hook_factory(
+        attrs.has, lambda cls: cattrs.gen.make_dict_structure_fn(cls, conv, **_renames(cls))
+    )
     conv.register_structure_hook(str, _strict(str, "string"))
     conv.register_structure_hook(int, _strict(int, "integer", exclude_bool=True))
     conv.register_structure_hook(bool, _strict(bool, "boolean"))
