@@ -13,7 +13,7 @@ from compactd.context.engine import Engine, RenderParams
 from compactd.context.importers import load_transcript
 from compactd.context.importers.apply import import_session
 from compactd.context.render.request import RequestSpec
-from compactd.context.session import Library, Session
+from compactd.context.session import Library
 from compactd.context.store import Store
 from compactd.context.turns import turn_node_ids, turns_of
 from registry import MEMORY_DIR, TRANSCRIPTS, Context, Measurement, case
@@ -116,8 +116,7 @@ def _turn(k: int) -> list[dict[str, Any]]:
 
 def synthetic(engine: Engine, turns: int, shown: int) -> str:
     """A new session of `turns` turns whose older ones a snip hides, so `shown` are rendered."""
-    opened: Any = engine.open(None)  # the session, or (session, created)
-    session: Session = opened[0] if isinstance(opened, tuple) else opened
+    session, _created = engine.open(None)
     with session.buffered():
         for k in range(turns):
             session.append(from_anthropic(_turn(k)))

@@ -71,11 +71,9 @@ def thinking(text: str, signature: str = "sig") -> dict[str, Any]:
 
 
 def new_session(engine: Engine, session_id: str | None = None, **kw: Any) -> str:
-    """Open (create or load) a session and return its id. `Engine.open` returns the session,
-    or `(session, created)`; either way tests only need the id."""
-    opened: Any = engine.open(session_id, **kw)
-    session = opened[0] if isinstance(opened, tuple) else opened
-    return str(session.id)
+    """Open (create or load) a session and return its id."""
+    session, _created = engine.open(session_id, **kw)
+    return session.id
 
 
 def params(fmt: str = "anthropic", **kw: Any) -> RenderParams:
