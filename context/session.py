@@ -485,8 +485,9 @@ def _plan_append(
         assert isinstance(spec, ThreadSpec)
         pending = _pending_ids(g, cursor, new_calls, answered)
         if pending and not allow_orphans:
+            # a function the model did not call as a tool waits under its synthetic call id
             use_ids = [
-                (g.nodes[p].tool_use_id if p in g.nodes else _use_id_of(tool_ids, p)) or p
+                (g.nodes[p].tool_use_id if p in g.nodes else _use_id_of(tool_ids, p)) or f"fn_{p}"
                 for p in pending
             ]
             raise PendingToolResults(
