@@ -168,8 +168,9 @@ def test_function_not_called_as_a_tool(engine: Engine, fmt: str) -> None:
         assert tool_results(req)[use]["content"] == RUNNING_FUNCTION_PLACEHOLDER
     else:
         assert [c["id"] for c in req["messages"][1]["tool_calls"]] == [use, use2]
-    with pytest.raises(PendingToolResults):
+    with pytest.raises(PendingToolResults) as err:
         engine.append(sid, messages=[user("next")])
+    assert err.value.data["pendingToolUseIds"] == [use, use2]  # the ids the request carries
     s.function_complete(fid, "found")
     s.function_complete(fid2, "none", status="error")
     req = render(engine, sid, fmt).request
