@@ -229,7 +229,7 @@ class CompactdClient:
         raw = await self.request(method, params)
         if result_type is dict:
             return raw  # type: ignore[no-any-return]
-        return structure(raw, result_type, method)
+        return structure(raw, result_type, method, check_depth=False)
 
     # ---- notifications and daemon requests ----------------------------------------------------
 

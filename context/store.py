@@ -73,6 +73,7 @@ class Store:
     def __init__(self, root: Path | str | None = None) -> None:
         self.root = Path(root) if root is not None else default_data_dir()
         self.sessions_dir = self.root / "sessions"
+        self._locks: dict[str, FileLock] = {}
 
     # ---- paths ---------------------------------------------------------------------------
 
@@ -110,12 +111,15 @@ class Store:
     @contextlib.contextmanager
     def locked(self, session_id: str) -> Iterator[None]:
         """Hold the session's writer lock (shared by every process on this data dir)."""
-        self.ensure_dirs()
-        lock_file = self.lock_path(session_id)
-        if not lock_file.exists():
-            fd = os.open(lock_file, os.O_CREAT | os.O_WRONLY, 0o600)
-            os.close(fd)
-        lock = FileLock(str(lock_file), timeout=LOCK_TIMEOUT_SECONDS, mode=0o600)
+        lock = self._locks.get(session_id)
+        if lock is None:
+            self.ensure_dirs()
+            lock_file = self.lock_path(session_id)
+            if not lock_file.exists():
+                fd = os.open(lock_file, os.O_CREAT | os.O_WRONLY, 0o600)
+                os.close(fd)
+            lock = FileLock(str(lock_file), timeout=LOCK_TIMEOUT_SECONDS, mode=0o600)
+            self._locks[session_id] = lock  # one lock object per session: building one is slow
         try:
             with lock:
                 yield

@@ -143,8 +143,16 @@ class App:
                     except Exception:
                         log.exception("catching up %s failed", session.id)
 
+    async def warm_tokenizer(self) -> None:
+        """Load the tokenizer's vocabulary (~0.5 s) right after start-up, off the first
+        request's path: the daemon answers at once and the first render is not slowed."""
+        from ..context.tokens import encoding
+
+        await asyncio.sleep(0.05)
+        await asyncio.get_running_loop().run_in_executor(None, encoding)
+
     def background(self) -> list[Any]:
-        tasks: list[Any] = [self.idle_loop()]
+        tasks: list[Any] = [self.idle_loop(), self.warm_tokenizer()]
         if self.settings.watch:
             tasks.append(self.watch_loop())
         return tasks

@@ -24,6 +24,7 @@ from lsprotocol.types import TextDocumentSyncKind
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidRequest
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.json_rpc import JsonRPCNotification, JsonRPCResponseMessage
 
 from .. import __version__
 from ..context.errors import CompactdError
@@ -67,7 +68,13 @@ class CompactdProtocol(LanguageServerProtocol):
         if not data or self.writer is None:
             return
         try:
-            if hasattr(data, "__attrs_attrs__"):
+            if type(data) is JsonRPCResponseMessage:
+                # our handlers answer plain JSON already: cattrs would deep-copy every nested
+                # dict of a rendered request (most of an RPC render's cost)
+                data = {"jsonrpc": data.jsonrpc, "id": data.id, "result": data.result}
+            elif type(data) is JsonRPCNotification and isinstance(data.params, dict):
+                data = {"jsonrpc": data.jsonrpc, "method": data.method, "params": data.params}
+            elif hasattr(data, "__attrs_attrs__"):
                 data = self._converter.unstructure(data)
             body = orjson.dumps(data, default=_fallback)
         except Exception:

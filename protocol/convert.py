@@ -112,6 +112,8 @@ def make_converter() -> cattrs.Converter:
     }
     for tp, hook in exact.items():
         conv.register_structure_hook_func(lambda t, tp=tp: t == tp, hook)
+        # JSON in, JSON out: never walk (and copy) a rendered request field by field
+        conv.register_unstructure_hook_func(lambda t, tp=tp: t == tp, lambda value: value)
     return conv
 
 
@@ -140,14 +142,15 @@ def _too_deep(value: Any, limit: int) -> bool:
     return False
 
 
-def structure(raw: Any, cls: type[T], method: str = "") -> T:
-    """`raw` params as `cls`, or `ParamsError` naming each bad field (camelCase, as sent)."""
+def structure(raw: Any, cls: type[T], method: str = "", *, check_depth: bool = True) -> T:
+    """`raw` params as `cls`, or `ParamsError` naming each bad field (camelCase, as sent).
+    `check_depth=False` for answers the daemon wrote itself (it could not write deeper)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise ParamsError(f"params of {method or cls.__name__} must be an object")
     name = method or cls.__name__
-    for key, value in raw.items():
+    for key, value in raw.items() if check_depth else ():
         if _too_deep(value, MAX_DEPTH - 1):
             raise ParamsError(
                 f"invalid params for {name}: nested deeper than {MAX_DEPTH} levels @ params.{key}",

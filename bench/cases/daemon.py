@@ -1,0 +1,212 @@
+"""The daemon's ratios (issues "The daemon" and "The cascade"): RPC round trip, RPC render
+overhead, startup, and the cascade's time per step of a real session."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from compactd.clients.client import CompactdClient
+from compactd.context.engine import Engine, RenderParams
+from compactd.context.importers import load_transcript
+from compactd.context.importers.apply import steps
+from compactd.context.importers.plan import FunctionEnd, FunctionStart, Messages, ModelCall, Note
+from compactd.context.render.request import RequestSpec
+from compactd.context.store import Store
+from registry import TRANSCRIPTS, Context, Measurement, case
+
+HERE = Path(__file__).resolve().parent
+ECHO_SERVER = HERE.parent / "echo_server.py"
+BIG = TRANSCRIPTS / "claude-code" / "64da7265-8f07-4967-b79f-0ae374c13330.jsonl"
+CALLS_PER_SAMPLE = 200
+T = TypeVar("T")
+
+
+def _run(loop: asyncio.AbstractEventLoop, coro: Awaitable[T]) -> T:
+    return loop.run_until_complete(coro)
+
+
+@case("rpc_roundtrip_ratio", target=1.5)
+def rpc_roundtrip_ratio(ctx: Context) -> Measurement:
+    """A trivial request's round trip (`daemon/status`) against a minimal hand-written asyncio
+    JSON-RPC echo loop over the same framing, both driven by the same client."""
+    loop = asyncio.new_event_loop()
+    with ctx.scratch() as root:
+        daemon = _run(loop, CompactdClient.spawn(data_dir=str(root), args=["--no-watch"]))
+        echo = _run(loop, CompactdClient.spawn(command=[sys.executable, str(ECHO_SERVER)]))
+
+        def calls(client: CompactdClient, method: str) -> Callable[[], None]:
+            async def many() -> None:
+                for _ in range(CALLS_PER_SAMPLE):
+                    await client.request(method, {})
+
+            return lambda: _run(loop, many())
+
+        try:
+            t = ctx.medians(
+                {"compactd": calls(daemon, "daemon/status"), "echo loop": calls(echo, "echo")}
+            )
+        finally:
+            _run(loop, daemon.close())
+            _run(loop, echo.close())
+    loop.close()
+    per_call = {f"{k} per call": v / CALLS_PER_SAMPLE for k, v in t.items()}
+    return Measurement(t["compactd"] / t["echo loop"], per_call)
+
+
+def _big_session(root: Path) -> tuple[str, Engine]:
+    """The largest transcript with nothing shortened: ~150K tokens of context."""
+    engine = Engine(Store(root))
+    ids, _ = engine.import_file(str(BIG))
+    session, _ = engine.open(ids[0], {"maxToolResultChars": 10**15})
+    return session.id, engine
+
+
+@case("rpc_render_overhead", target=1.25)
+def rpc_render_overhead(ctx: Context) -> Measurement:
+    """`context/render` of a ~150K-token context over RPC (request out, answer parsed into the
+    client's types) against the same render in-process."""
+    loop = asyncio.new_event_loop()
+    with ctx.scratch() as root:
+        sid, engine = _big_session(root)
+        params = RenderParams(spec=RequestSpec(window=1_000_000))
+        tokens = engine.render(sid, params).total
+        client = _run(loop, CompactdClient.spawn(data_dir=str(root), args=["--no-watch"]))
+        try:
+            t = ctx.medians(
+                {
+                    "over RPC": lambda: _run(loop, client.render(sid, window=1_000_000)),
+                    "in-process": lambda: engine.render(sid, params),
+                    "in-process + json.dumps": lambda: json.dumps(
+                        engine.render(sid, params).request
+                    ),
+                }
+            )
+        finally:
+            _run(loop, client.close())
+    loop.close()
+    note = (
+        f"{tokens:,} tokens; against in-process + json.dumps (what an in-process agent "
+        f"does before sending): {t['over RPC'] / t['in-process + json.dumps']:.2f}"
+    )
+    return Measurement(t["over RPC"] / t["in-process"], t, note)
+
+
+@case("startup_seconds", target=0.5)
+def startup_seconds(ctx: Context) -> Measurement:
+    """Spawning `compactd serve` to its first answer, in seconds."""
+    loop = asyncio.new_event_loop()
+    samples = []
+    imports = []
+    with ctx.scratch() as root:
+        for _ in range(1 if ctx.quick else 5):
+            start = time.perf_counter()
+            client = _run(loop, CompactdClient.spawn(data_dir=str(root), args=["--no-watch"]))
+            _run(loop, client.status())
+            samples.append(time.perf_counter() - start)
+            _run(loop, client.close())
+        for _ in range(1 if ctx.quick else 3):
+            proc = _run(
+                loop,
+                asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-c",
+                    "import time; t = time.perf_counter(); "
+                    "import lsprotocol.types; print(time.perf_counter() - t)",
+                    stdout=asyncio.subprocess.PIPE,
+                ),
+            )
+            out, _ = _run(loop, proc.communicate())
+            imports.append(float(out))
+    loop.close()
+    value = statistics.median(samples)
+    return Measurement(
+        value,
+        {
+            "spawn to first answer": value,
+            "import lsprotocol.types alone": statistics.median(imports),
+        },
+        "pygls' LanguageServer needs lsprotocol's ~1,000 LSP types at import",
+    )
+
+
+@case("cascade_turn_ratio", target=3.0)
+def cascade_turn_ratio(ctx: Context) -> Measurement:
+    """Replaying the largest Claude Code transcript step by step through the daemon at a 64K
+    window (append the step, render with the cascade, digest summaries): the daemon's time
+    per step against `json.dumps` of each rendered request."""
+    imported = load_transcript(str(BIG))[0]
+    loop = asyncio.new_event_loop()
+    runs: list[tuple[float, float, float, int]] = []
+    with ctx.scratch() as root:
+        for attempt in range(1 if ctx.quick else 3):
+            client = _run(
+                loop,
+                CompactdClient.spawn(
+                    data_dir=str(root / f"r{attempt}"),
+                    args=["--no-watch", "--summary-provider", "digest"],
+                ),
+            )
+            try:
+                _run(loop, client.status())  # started; its tokenizer loads in the background
+                _run(loop, asyncio.sleep(1.5))
+                runs.append(_run(loop, _replay(client, imported)))
+            finally:
+                _run(loop, client.close())
+    loop.close()
+    appends, renders, dumps, count = min(runs, key=lambda r: r[0] + r[1])  # least disturbed
+    return Measurement(
+        (appends + renders) / dumps,
+        {
+            "daemon per step": (appends + renders) / count,
+            "  of which durable appends (fsync'd RPCs)": appends / count,
+            "  of which render with the cascade (RPC)": renders / count,
+            "json.dumps per step": dumps / count,
+        },
+        f"{count} model calls (main thread and sub-agents); render with the cascade alone: "
+        f"{renders / dumps:.2f}x json.dumps",
+    )
+
+
+async def _replay(client: CompactdClient, imported: Any) -> tuple[float, float, float, int]:
+    sid = (await client.open_session()).session_id
+    functions: dict[str, str] = {}
+    appending = rendering = dumped = 0.0
+    count = 0
+    for step in steps(imported):
+        start = time.perf_counter()
+        for op in step.ops:
+            if isinstance(op, Messages) and op.messages:
+                await client.append(sid, op.messages, function_id=functions.get(op.thread or ""))
+            elif isinstance(op, FunctionStart):
+                started = await client.function_start(
+                    sid,
+                    op.name,
+                    op.input,
+                    tool_use_id=op.tool_use_id,
+                    function_id=functions.get(op.thread or ""),
+                )
+                functions[op.key] = started.function_id
+            elif isinstance(op, FunctionEnd):
+                await client.function_complete(sid, functions[op.key], op.output, op.status)
+            elif isinstance(op, Note | ModelCall):
+                pass
+        appending += time.perf_counter() - start
+        call = step.call
+        if call is None:
+            continue
+        viewer = functions.get(call.thread) if call.thread else None
+        start = time.perf_counter()
+        result = await client.render(sid, window=64_000, cascade=True, viewer=viewer)
+        rendering += time.perf_counter() - start
+        start = time.perf_counter()
+        json.dumps(result.request)
+        dumped += time.perf_counter() - start
+        count += 1
+    return appending, rendering, dumped, count
