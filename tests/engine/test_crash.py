@@ -2,9 +2,9 @@
 
 A child process appends to a session in a loop and prints each node id once `append` has
 returned (that is the acknowledgement). The parent kills it — at a random moment, or, every
-other round, in the middle of a write (the child then writes through a slow "disk" that takes
-short writes and says when an append is half on disk) — several rounds in a row, each round's
-child loading what the previous one left. After every kill the log
+other round, in the middle of a write (that child's "disk" takes the first 2 KB of its second
+append, says so, and hangs) — several rounds in a row, each round's child loading what the
+previous one left. After every kill the log
 must load (never fatal), hold every acknowledged append, report a torn tail exactly when the
 file ends mid-line, and accept appends again — which seal the torn bytes into one bad line.
 """
@@ -37,17 +37,16 @@ CHILD = textwrap.dedent(
     import sys
     import time
 
-    root, sid, tag, slow = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "slow"
-    writing = [False]
-    if slow:  # a slow disk: short writes with pauses, and a word once one is half done
+    root, sid, tag, hang = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "hang"
+    if hang:  # a disk that takes the first 2 KB of the next append and then hangs
         real_write = os.write
+        acked = [0]
 
         def write(fd, data):
             written = real_write(fd, bytes(memoryview(data)[:2048]))
-            if not writing[0] and written < len(data):
-                writing[0] = True
-                print("W", flush=True)  # part of an append is on disk, the rest is not
-            time.sleep(0.002)
+            if acked[0] and written < len(data):
+                print("W", flush=True)  # part of an append is in the file, the rest is not
+                time.sleep(60)
             return written
 
         os.write = write
@@ -61,8 +60,9 @@ CHILD = textwrap.dedent(
         k += 1
         text = f"{tag}-{k} " + "x" * (8000 + (k * 7919) % 7 * 3000)
         res = engine.append(sid, messages=[{"role": "user", "content": text}])
-        writing[0] = False
         print("ack", res.node_ids[0], f"{tag}-{k}", flush=True)
+        if hang:
+            acked[0] += 1
     """
 )
 
@@ -70,9 +70,9 @@ CHILD = textwrap.dedent(
 class Child:
     """One writer process and the lines it printed (complete lines only)."""
 
-    def __init__(self, root: Path, tag: str, slow: bool) -> None:
+    def __init__(self, root: Path, tag: str, hang: bool) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(root), SID, tag, "slow" if slow else "fast"],
+            [sys.executable, "-c", CHILD, str(root), SID, tag, "hang" if hang else "run"],
             stdout=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": str(REPO)},
         )
@@ -80,12 +80,12 @@ class Child:
         self.lines: list[list[str]] = []
 
     def read_until(self, word: str, timeout: float = 20.0) -> bool:
-        """Read until the latest line the child printed starts with `word`."""
+        """Read until the child has printed a line starting with `word`."""
         stdout = self.proc.stdout
         assert stdout is not None
         deadline = time.monotonic() + timeout
         while True:
-            if self.lines and self.lines[-1][0] == word and not self.buf:
+            if any(line[0] == word for line in self.lines):
                 return True
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([stdout], [], [], left)[0]:
@@ -119,13 +119,13 @@ def test_sigkill_never_loses_an_acknowledged_append(tmp_path: Path) -> None:
     acked: dict[str, str] = {}  # node id -> tag
     torn_seen = 0
     for round_no in range(ROUNDS):
-        # every other round kills mid-write (the writer says when an append is half written);
-        # the others at a random moment
-        slow = round_no % 2 == 1
-        child = Child(root, f"r{round_no}", slow)
+        # every other round kills mid-write (its disk hangs half way through its second
+        # append); the others at a random moment
+        hang = round_no % 2 == 1
+        child = Child(root, f"r{round_no}", hang)
         try:
             assert child.read_until("ack"), "the writer never acknowledged an append"
-            if slow:  # the last thing it said: an append is partly written
+            if hang:
                 assert child.read_until("W")
             else:
                 time.sleep(rng.uniform(0.0, 0.1))
@@ -135,6 +135,7 @@ def test_sigkill_never_loses_an_acknowledged_append(tmp_path: Path) -> None:
         raw = log.read_bytes()
         loaded = Library(Store(root)).load(SID)  # never fatal
         torn = not raw.endswith(b"\n")
+        assert torn or not hang, "a kill in the middle of a write left no torn tail"
         torn_seen += torn
         assert loaded.report.torn_tail == torn
         nodes = loaded.graph.nodes
