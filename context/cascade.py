@@ -23,7 +23,7 @@ from . import snip as tier2
 from . import summary as tier4
 from .errors import CannotFit, CompactdError
 from .graph import Record
-from .projection import REACTIVE
+from .projection import CONTEXT_KINDS, REACTIVE
 from .reactive import Overflow, target_tokens
 from .render.request import Rendered, RequestSpec, render_request
 from .session import Session
@@ -73,6 +73,7 @@ class Run:
         self.policy = policy
         self.provider = summary_provider
         self.start_seq = session.graph.seq
+        self.start_layout = self._layout()
         self.drafts: list[Record] = []
         self.pending: list[tuple[dict[str, Any], dict[str, Any] | None]] = []  # (record, event)
         self.events: list[dict[str, Any]] = []
@@ -140,12 +141,28 @@ class Run:
             }
         )
 
+    def _layout(self) -> tuple[Any, ...]:
+        g = self.graph
+        return (dict(g.branches), g.current_branch, dict(g.function_heads), dict(g.config))
+
     def check_unchanged(self) -> None:
+        """Refuse to write when the session's content moved since the run started: a node, a
+        result, a head, the config or a record that changes the context. Bookkeeping that
+        changes no content (a usage report, activity, idle marks, notes) does not count — a
+        client reporting the usage of its last call must not undo a /compact."""
         self.session.catch_up()
-        if self.graph.seq != self.start_seq:
+        g = self.graph
+        if g.seq == self.start_seq:
+            return
+        since = self.start_seq
+        if (
+            self._layout() != self.start_layout
+            or any(n.seq > since or n.result_seq > since for n in g.nodes.values())
+            or any(r.seq > since and r.kind in CONTENT_RECORDS for r in g.records)
+        ):
             raise SessionChanged(
                 "the session changed while compacting; nothing was written — render again",
-                seq=self.graph.seq,
+                seq=g.seq,
             )
 
     # -- writing --------------------------------------------------------------------------------
@@ -161,6 +178,9 @@ class Run:
         self.rendered = self.render()
         return ids
 
+
+CONTENT_RECORDS = CONTEXT_KINDS | {REACTIVE}
+"""Records whose arrival during a run means the run's decisions may no longer hold."""
 
 Drive = Generator[SummaryNeeded, SummaryResult | SummaryFailure, Outcome]
 Answer = Callable[[SummaryNeeded], SummaryResult | SummaryFailure]
