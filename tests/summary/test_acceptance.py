@@ -315,6 +315,21 @@ async def test_an_append_during_generation_writes_no_summary(
     await agree(daemon, sid)
 
 
+async def test_a_usage_report_during_generation_does_not_undo_the_summary(
+    daemon: CompactdClient, fake: FakeAnthropic
+) -> None:
+    sid = await sixteen_session(daemon, "g")
+    fake.push(Reply.stall(0.5, then=Reply.answer("KEPT checkpoint")))
+    _, answer = daemon.send_request("context/compact", {"sessionId": sid, "window": WINDOW})
+    await wait_until(lambda: len(fake.messages_requests()) == 1)
+    await daemon.report_usage(sid, "claude-opus-4-8", usage={"input_tokens": 4000})
+    result = await asyncio.wait_for(answer, 10)
+    assert result["applied"]
+    (summary,) = await records(daemon, sid, "summary")
+    assert summary["data"]["text"] == "KEPT checkpoint"
+    assert [r["kind"] for r in await records(daemon, sid)] == ["usage", "summary"]
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="daemon bug: --summarize-timeout only reaches the `client` provider; the anthropic "

@@ -243,6 +243,37 @@ def test_a_session_change_during_generation_writes_nothing(digest_engine: Engine
     assert records(engine, sid, "summary") == []
 
 
+def test_bookkeeping_during_generation_does_not_undo_the_summary(
+    digest_engine: Engine,
+) -> None:
+    """A usage report or an activity mark is not a content change."""
+    engine = digest_engine
+    sid = open_session(engine)
+    engine.append(sid, messages=[m for k in range(4) for m in turn(f"u{k}")])
+    gen = engine.cascade(sid, params(), manual=True)
+    need = next(gen)
+    engine.record_usage(sid, "claude-opus-4-8", {"input_tokens": 3000}, estimated=2900)
+    engine.session(sid).touch()
+    with pytest.raises(StopIteration) as stop:
+        gen.send(digest_answer(need))
+    assert [e["applied"] for e in stop.value.value.events] == [True]
+    assert [r.kind for r in engine.session(sid).graph.records] == ["usage", "summary"]
+
+
+def test_a_checkout_during_generation_writes_nothing(digest_engine: Engine) -> None:
+    engine = digest_engine
+    sid = open_session(engine)
+    engine.append(sid, messages=[m for k in range(4) for m in turn(f"v{k}")])
+    session = engine.session(sid)
+    session.create_branch("other", session.graph.head())
+    gen = engine.cascade(sid, params(), manual=True)
+    need = next(gen)
+    session.checkout("other")
+    with pytest.raises(SessionChanged):
+        gen.send(digest_answer(need))
+    assert records(engine, sid, "summary") == []
+
+
 @pytest.mark.parametrize(
     "answer",
     [
