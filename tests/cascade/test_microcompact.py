@@ -363,3 +363,21 @@ def test_cache_aware_mode_waits_for_the_count_trigger(engine: Engine) -> None:
     assert "context_management" not in out.rendered.request
     assert "betas" not in out.rendered.request
     assert out.events == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="engine bug: Engine.calibration takes the provider's input_tokens after a server-side "
+    "clear as its count of our whole request, so the per-model ratio falls (clamped at 0.5) and "
+    "every later estimate is halved; it should add the applied edits' cleared_input_tokens back",
+)
+def test_usage_after_a_server_side_clear_does_not_skew_the_estimates(engine: Engine) -> None:
+    sid = cache_session(engine, 60)
+    p = params(window=15_000, tools=TOOLS)
+    out = cascade(engine, sid, p)
+    sent = out.rendered.estimate
+    cleared = sent * 6 // 10
+    edits = [{"type": CLEAR_EDIT, "cleared_tool_uses": 48, "cleared_input_tokens": cleared}]
+    # the provider counted exactly what we estimated, then cleared 60 % of it server-side
+    engine.report(sid, MODEL, {"input_tokens": sent - cleared, "output_tokens": 50}, None, edits)
+    assert engine.render(sid, p).total == pytest.approx(out.rendered.total, rel=0.02)
