@@ -380,7 +380,11 @@ def _snip(run: Run, target: int | None = None, reason: str = "over threshold") -
         if run.total <= goal:
             break
         removable = tier2.removable_turns(run.graph, run.path, run.rendered.projection, run.policy)
-        costs = tier2.turn_tokens(run.rendered.conversation)
+        # calibrated like run.total, or a ratio above 1 removes turns it did not need to
+        ratio = run.rendered.ratio
+        costs = {
+            k: round(v * ratio) for k, v in tier2.turn_tokens(run.rendered.conversation).items()
+        }
         chosen = tier2.choose(removable, costs, run.total - goal)
         if not chosen:
             break
