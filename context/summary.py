@@ -374,6 +374,7 @@ def run(
     proj = run.rendered.projection
     rng = select_replaceable_range(run.graph, run.path, proj, policy.summary_keep_turns)
     cost = range_cost(run.rendered.conversation, rng, proj) if rng and rng.new_turns else 0
+    cost = round(cost * run.rendered.ratio)  # calibrated, like run.total
     estimate = run.total - cost + min(policy.summary_max_tokens, max(1, cost // 4))
     if estimate > run.threshold:
         # keeping two complete turns is not enough: keep only the latest turn (when they
