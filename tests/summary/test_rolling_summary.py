@@ -122,6 +122,25 @@ def test_when_two_kept_turns_are_still_too_many_only_the_latest_turn_stays(
         assert f"Request {tag}:" in marker
 
 
+def test_the_range_is_priced_in_the_providers_tokens(digest_engine: Engine) -> None:
+    """With a calibration ratio of 1.5, summarizing the older turns is enough: the two latest
+    complete turns stay (pricing the range in raw tokens made it look too small to help)."""
+    engine = digest_engine
+    sid = open_session(engine)
+    engine.append(sid, messages=[m for k in range(6) for m in turn(f"w{k}")])
+    p = params(window=14_100)  # limit 10,575, threshold 8,988
+    raw = engine.render(sid, p).estimate
+    engine.record_usage(sid, "claude-opus-4-8", {"input_tokens": raw * 3 // 2}, estimated=raw)
+    before = engine.render(sid, p)
+    assert before.ratio == pytest.approx(1.5, abs=0.01)
+    assert before.total > before.budget.limit
+    recorder = Recorder()
+    out = cascade(engine, sid, p, answer=recorder, manual=True)
+    (summary,) = records(engine, sid, "summary")
+    assert summary.data["turns"] == turn_starts(engine, sid)[:4]
+    assert out.rendered.total <= 0.85 * out.rendered.budget.limit
+
+
 def test_the_active_turn_is_never_replaced_even_when_huge(digest_engine: Engine) -> None:
     engine = digest_engine
     sid = open_session(engine)
