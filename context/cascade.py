@@ -231,6 +231,8 @@ def run_cascade(
             yield from tier3.run(run)
         if run.total > run.threshold and not tier3.holds_headroom(run):
             yield from tier4.run(run, manual=False, instructions=None)
+        if run.total > run.limit:
+            _last_resort(run)
     if run.total > run.limit:
         reasons = [e["reason"] for e in run.events if not e["applied"]]
         raise CannotFit(
@@ -323,7 +325,7 @@ def _microcompact(run: Run) -> None:
     due = tier1.count_due(cands, policy)
     if not due and not (over and policy.microcompact_when_over):
         return
-    if not cands.clearable:
+    if not cands.any:
         if due:
             run.note(
                 "microcompact",
@@ -331,15 +333,18 @@ def _microcompact(run: Run) -> None:
                 calls=cands.calls,
             )
         return
-    if due and not over and policy.microcompact_warm == "defer":
-        run.note(
-            "microcompact",
-            "deferred: the cache is warm and the request is under its "
-            "threshold; clearing now would re-write the cache for little gain",
-            calls=cands.calls,
-            clearable=len(cands.clearable),
-        )
-        return
+    if due and not over and policy.microcompact_warm != "apply":
+        pays, saved, rewritten = _clear_pays(run, cands)
+        if not pays:
+            run.note(
+                "microcompact",
+                f"deferred: the cache is warm and the request is under its threshold; "
+                f"clearing would save {saved:,} tokens per request but re-write {rewritten:,} "
+                "cached tokens",
+                calls=cands.calls,
+                clearable=cands.count,
+            )
+            return
     trigger = "count" if due else "forced"
     why = (
         f"{cands.calls} tool calls"
@@ -350,12 +355,80 @@ def _microcompact(run: Run) -> None:
         tier1.clear_record(cands, trigger, run.thread),
         {
             "tier": "microcompact",
-            "reason": f"{why}: cleared {len(cands.clearable)} old tool "
-            f"results (kept the {policy.microcompact_keep_recent} most recent)",
+            "reason": f"{why}: cleared {len(cands.clearable)} old tool results and shortened "
+            f"{len(cands.inputs)} old tool inputs (kept the {policy.microcompact_keep_recent} "
+            "most recent calls)",
             "recordIds": [],
             "details": {
                 "trigger": trigger,
                 "cleared": len(cands.clearable),
+                "inputs": len(cands.inputs),
+                "calls": cands.calls,
+                "mode": "time",
+            },
+        },
+    )
+
+
+def _clear_pays(run: Run, cands: tier1.Candidates) -> tuple[bool, int, int]:
+    """DESIGN §4's rule for a change made only to save tokens while the cache is warm: it pays
+    when 0.1 × tokens saved × requests still to come > 1.25 × tokens re-written (everything
+    after the first changed position). `microcompactWarm: "defer"` never pays;
+    `"economic"` expects `microcompactHorizon` more requests."""
+    if run.policy.microcompact_warm == "defer":
+        return False, 0, 0
+    before = run.rendered
+    trial = run.graph.draft_record(
+        "clear",
+        tier1.clear_record(cands, "count", run.thread)["covers"],
+        tier1.clear_record(cands, "count", run.thread)["data"],
+        run.thread,
+    )
+    after = render_request(
+        run.graph,
+        run.view,
+        run.spec,
+        run.policy,
+        run.engine.calibration(run.session),
+        counter=run.engine.counter,
+        extra_records=[*run.drafts, trial],
+    )
+    old = [p for m in before.conversation.messages for p in m.parts]
+    new = [p for m in after.conversation.messages for p in m.parts]
+    first = next(
+        (i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a is not b),
+        min(len(old), len(new)),
+    )
+    rewritten = sum(p.tokens for p in new[first:])
+    saved = before.total - after.total
+    horizon = run.policy.microcompact_horizon
+    return 0.1 * saved * horizon > 1.25 * rewritten, saved, rewritten
+
+
+def _last_resort(run: Run) -> None:
+    """Before answering "cannot fit": one more Tier 1 pass that keeps only the newest result
+    (`microcompactKeepLast`). What is left is whole turns no tier may take, so old results
+    are the only thing that can still go — better than a request that cannot be sent."""
+    policy = attrs.evolve(run.policy, microcompact_keep_recent=run.policy.microcompact_keep_last)
+    if policy.microcompact_mode != "time" or policy.microcompact_keep_last >= (
+        run.policy.microcompact_keep_recent
+    ):
+        return
+    cands = tier1.candidates(run.graph, run.path, run.rendered.projection, policy)
+    if not cands.any:
+        return
+    run.propose(
+        tier1.clear_record(cands, "last-resort", run.thread),
+        {
+            "tier": "microcompact",
+            "reason": f"still over the limit after every tier: cleared {len(cands.clearable)} "
+            f"more old tool results and shortened {len(cands.inputs)} inputs, keeping only the "
+            f"{policy.microcompact_keep_recent} newest",
+            "recordIds": [],
+            "details": {
+                "trigger": "last-resort",
+                "cleared": len(cands.clearable),
+                "inputs": len(cands.inputs),
                 "calls": cands.calls,
                 "mode": "time",
             },

@@ -343,12 +343,12 @@ class Engine:
         cands = microcompact.candidates(g, path, rendered.projection, policy)
         records: list[dict[str, Any]] = []
         events: list[dict[str, Any]] = []
-        if cands.clearable:
+        if cands.any:
             records.append(microcompact.clear_record(cands, "idle", None))
         records.append({"kind": IDLE, "covers": [], "data": {"activity": g.last_activity}})
         before = rendered.total
         ids = session.add_records(records)
-        if cands.clearable:
+        if cands.any:
             after = self.render_session(session, RenderParams(view=ViewOptions())).total
             events.append(
                 {
@@ -358,11 +358,17 @@ class Engine:
                     "tokensAfter": after,
                     "recordIds": [ids[0]],
                     "reason": f"idle for {policy.idle_seconds / 60:.0f}+ minutes (the provider's "
-                    f"cache has expired): cleared {len(cands.clearable)} old tool results",
-                    "details": {"trigger": "idle", "cleared": len(cands.clearable), "mode": "time"},
+                    f"cache has expired): cleared {len(cands.clearable)} old tool results and "
+                    f"shortened {len(cands.inputs)} old tool inputs",
+                    "details": {
+                        "trigger": "idle",
+                        "cleared": len(cands.clearable),
+                        "inputs": len(cands.inputs),
+                        "mode": "time",
+                    },
                 }
             )
-        return IdleOutcome(len(cands.clearable), events)
+        return IdleOutcome(cands.count, events)
 
     # ---- usage --------------------------------------------------------------------------------
 

@@ -13,8 +13,11 @@ trigger. A count-triggered clear while the cache is warm and the request is unde
 threshold is deferred (DESIGN §4 "cache-aware scheduling"): it would re-write the cache for
 little gain; it is applied with the next change the window forces, or when the cache is cold.
 
-Clearing reaches into the latest turns too (never the `keep_recent` newest results): a single
-agentic turn can hold hundreds of results, and without this nothing could make it fit.
+Clearing reaches into the latest turns too (never the `keep_recent` newest calls): a single
+agentic turn can hold hundreds of results, and without this nothing could make it fit. The
+same old calls also lose the long strings of their inputs (`microcompactClearInputs`, as the
+API's `clear_tool_inputs`): a file an agent wrote is often its biggest part, and the call keeps
+its shape and small arguments.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import attrs
 from .graph import Graph, Path
 from .projection import CLEAR, Projection
 from .tool_aging.policy import CLEARED_PLACEHOLDER, Policy, is_compactable
+from .tool_aging.truncate import has_long_strings
 
 CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
 CLEAR_EDIT = "clear_tool_uses_20250919"
@@ -34,8 +38,17 @@ CLEAR_EDIT = "clear_tool_uses_20250919"
 @attrs.frozen
 class Candidates:
     calls: int  # tool calls on the thread
-    clearable: list[str]  # tool node ids, oldest first
+    clearable: list[str]  # tool node ids whose results may be cleared, oldest first
     last_pass_at: int | None  # tool-call count at the last count-triggered pass
+    inputs: list[str] = attrs.field(factory=list)  # tool node ids whose long inputs may go
+
+    @property
+    def any(self) -> bool:
+        return bool(self.clearable or self.inputs)
+
+    @property
+    def count(self) -> int:
+        return len(set(self.clearable) | set(self.inputs))
 
 
 def tool_calls(graph: Graph, path: Path) -> list[str]:
@@ -73,13 +86,22 @@ def candidates(graph: Graph, path: Path, proj: Projection, policy: Policy) -> Ca
         and c not in proj.evidence
         and larger_than_placeholder(graph.nodes[c].result)
     ]
+    inputs = []
+    if policy.microcompact_clear_inputs:
+        inputs = [
+            c
+            for c in compactable
+            if c not in keep
+            and c not in proj.cleared_inputs
+            and has_long_strings(graph.nodes[c].input, policy.microcompact_input_chars)
+        ]
     last = None
     for rec in proj.applied:
         if rec.kind == CLEAR and rec.data.get("trigger") == "count":
             at = rec.data.get("atCalls")
             if isinstance(at, int) and (last is None or at > last):
                 last = at
-    return Candidates(len(calls), clearable, last)
+    return Candidates(len(calls), clearable, last, inputs)
 
 
 def larger_than_placeholder(result: Any) -> bool:
@@ -117,15 +139,21 @@ def count_due(c: Candidates, policy: Policy) -> bool:
     return c.calls >= c.last_pass_at + policy.microcompact_every
 
 
-def clear_record(
-    c: Candidates, trigger: str, thread: str | None, ids: list[str] | None = None
-) -> dict[str, Any]:
-    """The `clear` record of one pass (time-based placeholders, per tool id)."""
-    covers = list(ids if ids is not None else c.clearable)
+def clear_record(c: Candidates, trigger: str, thread: str | None) -> dict[str, Any]:
+    """The `clear` record of one pass (time-based, per tool id): `results` get the fixed
+    placeholder, `inputs` lose their long strings; `covers` lists every call touched."""
+    results, inputs = list(c.clearable), list(c.inputs)
+    covers = results + [i for i in inputs if i not in set(results)]
     return {
         "kind": CLEAR,
         "covers": covers,
-        "data": {"mode": "time", "trigger": trigger, "atCalls": c.calls},
+        "data": {
+            "mode": "time",
+            "trigger": trigger,
+            "atCalls": c.calls,
+            "results": results,
+            "inputs": inputs,
+        },
         "thread": thread,
     }
 

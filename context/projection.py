@@ -6,11 +6,10 @@ the same per segment unless undone; snips hide whole turns; time-based clears an
 replace single tool results. Cache-aware clears change nothing here: the provider applies them.
 
 Whatever the records say, a render never hides the path's protected turns (the active turn,
-every turn holding a running function, and — except for the rolling summary, which may take
-it when keeping it leaves the request over budget — the latest complete turn). Tiers only
-cover turns that are removable on the path they cut, but a record also applies to every
-branch forked after its covered nodes, and there those turns can be the latest ones: a record
-touching one is not applied there (a snip skips just that turn).
+the latest complete turn, every turn holding a running function). Tiers only cover turns that
+are removable on the path they cut, but a record also applies to every branch forked after its
+covered nodes, and there those turns can be the latest ones: a record touching one is not
+applied there (a snip skips just that turn).
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from .graph import Graph, Node, Path, Record
+from .graph import Graph, Path, Record
 from .turns import Turn, is_complete
 
 # record kinds (the log's vocabulary)
@@ -46,6 +45,7 @@ class Projection:
     collapsed: dict[str, Record] = attrs.field(factory=dict)  # turn start id -> collapse
     cleared: dict[str, Record] = attrs.field(factory=dict)  # tool node id -> time-based clear
     cache_cleared: dict[str, Record] = attrs.field(factory=dict)  # tool id -> provider clear
+    cleared_inputs: dict[str, Record] = attrs.field(factory=dict)  # tool id -> inputs shortened
     evidence: dict[str, Record] = attrs.field(factory=dict)  # tool node id -> evidence
     abandoned: frozenset[str] = frozenset()  # tool node ids that will never get a result
     applied: list[Record] = attrs.field(factory=list)
@@ -66,15 +66,11 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
     if extra:
         records = records + [r for r in extra if graph.record_applies(r, path)]
     undone = {r.data.get("collapse") for r in records if r.kind == UNCOLLAPSE}
-    guarded: frozenset[str] = frozenset()
-    latest: str | None = None
+    guard: frozenset[str] = frozenset()
     if any(r.kind in _TURN_KINDS for r in records):
-        guarded, latest = protected_starts(graph, path)
+        guard = protected_starts(graph, path)
     for rec in records:
         kind = rec.kind
-        # the rolling summary may take the latest complete turn (spec: "retain the latest
-        # turn" when keeping two is not enough); snips and collapses may not
-        guard = guarded if kind == SUMMARY or latest is None else guarded | {latest}
         if kind in _TURN_KINDS and guard.intersection(rec.data.get("turns", [])):
             if kind != SNIP:
                 continue  # it would hide a protected turn of this path: not in force here
@@ -97,8 +93,10 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
                 proj.snipped[start] = rec
         elif kind == CLEAR:
             target = proj.cache_cleared if rec.data.get("mode") == "cache" else proj.cleared
-            for node_id in rec.covers:
+            for node_id in rec.data.get("results", rec.covers):
                 target.setdefault(node_id, rec)
+            for node_id in rec.data.get("inputs", ()):
+                proj.cleared_inputs.setdefault(node_id, rec)
         elif kind == ABANDON:
             proj.abandoned = proj.abandoned | frozenset(rec.covers)
         elif kind == EVIDENCE:
@@ -113,31 +111,19 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
 _TURN_KINDS = frozenset({SUMMARY, COLLAPSE, SNIP})
 
 
-def protected_starts(graph: Graph, path: Path) -> tuple[frozenset[str], str | None]:
-    """Start ids of the turns of `path` no record may hide — the active (last) turn and every
-    turn holding a running function — and, apart, the latest complete turn (which only the
-    rolling summary may take), found without walking every turn.
-
-    The last turn counts as complete once it has been: once an assistant message in it ended
-    without tool calls. `turns.is_complete` turns false again when the agent carries on in the
-    same turn (a hook's meta message, another tool loop), which would make the previous turn
-    the latest complete one again — and un-hide it, breaking the cache on a plain append, then
-    hide it again when the turn settles. Protection must only ever move forward."""
+def protected_starts(graph: Graph, path: Path) -> frozenset[str]:
+    """Start ids of the turns of `path` no record may hide: the active (last) turn, the latest
+    complete turn and every turn holding a running function (what `turns.plan_cuts` protects
+    with `keep_complete=1`), found without walking every turn."""
     bounds = path.turn_bounds()
     if not bounds:
-        return frozenset(), None
+        return frozenset()
     ids = path.line.ids
     out = {ids[bounds[-1][0]]}
-    latest: str | None = None
-    last = len(bounds) - 1
-    for i in range(last, -1, -1):
+    for i in range(len(bounds) - 1, -1, -1):
         start, end = bounds[i]
-        if i == last:
-            done = any(_answered_at(graph, graph.nodes[n]) for n in ids[start:end])
-        else:
-            done = is_complete(graph, path, Turn(i, start, end, ids[start], True))
-        if done:
-            latest = ids[start]
+        if is_complete(graph, path, Turn(i, start, end, ids[start], True)):
+            out.add(ids[start])
             break
     if graph.running:
         starts = [b[0] for b in bounds]
@@ -145,13 +131,7 @@ def protected_starts(graph: Graph, path: Path) -> tuple[frozenset[str], str | No
             at = _thread_index(graph, fid, path)
             if at is not None:
                 out.add(ids[starts[bisect.bisect_right(starts, at) - 1]])
-    return frozenset(out), latest
-
-
-def _answered_at(graph: Graph, node: Node) -> bool:
-    """An assistant message that ended without tool calls: the turn was complete there
-    (functions it started later do not count; a running one protects its turn anyway)."""
-    return node.kind == "assistant" and not any(graph.nodes[c].kind == "tool" for c in node.calls)
+    return frozenset(out)
 
 
 def _thread_index(graph: Graph, node_id: str, path: Path) -> int | None:

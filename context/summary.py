@@ -262,6 +262,12 @@ def chunk_lines(inp: SummaryInput, budget: int, start: int = 0) -> list[tuple[in
     return chunks
 
 
+def summary_budget(run: Run) -> int:
+    """How long the summary may be: `summaryMaxTokens` (the spec's 2,000–5,000), but never
+    more than a tenth of what the request may hold — a 5K summary would crowd a 32K window."""
+    return max(500, min(run.policy.summary_max_tokens, run.limit // 10))
+
+
 def system_prompt(instructions: str | None) -> str:
     if instructions:
         return (
@@ -377,10 +383,11 @@ def run(
     cost = round(cost * run.rendered.ratio)  # calibrated, like run.total
     estimate = run.total - cost + min(policy.summary_max_tokens, max(1, cost // 4))
     if estimate > run.threshold:
-        # keeping two complete turns is not enough: keep only the latest turn (when they
-        # leave nothing to summarize, `estimate` is the request as it is: short history under
-        # the threshold is left alone, and the provider is not called)
-        wider = select_replaceable_range(run.graph, run.path, proj, 0)
+        # keeping two complete turns is not enough: keep only the latest one — the spec's
+        # "retain the latest turn"; the latest complete user turn is always retained (when
+        # they leave nothing to summarize, `estimate` is the request as it is: short history
+        # under the threshold is left alone, and the provider is not called)
+        wider = select_replaceable_range(run.graph, run.path, proj, 1)
         if (
             wider is not None
             and wider.new_turns
@@ -406,7 +413,7 @@ def run(
                 inp,
                 purpose="rolling",
                 system=system_prompt(instructions),
-                max_output=policy.summary_max_tokens,
+                max_output=summary_budget(run),
                 model=model,
             )
     except SummaryFailed as failed:
@@ -471,7 +478,7 @@ def prepare(run: Run) -> Generator[SummaryNeeded, SummaryResult | SummaryFailure
             inp,
             purpose="rolling",
             system=system_prompt(None),
-            max_output=policy.summary_max_tokens,
+            max_output=summary_budget(run),
             model=model,
         )
     except SummaryFailed:

@@ -52,9 +52,10 @@ def turn_node_ids(graph: Graph, path: Path, turn: Turn) -> list[str]:
     return out
 
 
-def has_running(graph: Graph, path: Path, turn: Turn) -> bool:
-    """A running function (or a call still waiting in the last turn) lives in this turn."""
-    last = turn.end == path.length
+def has_running(graph: Graph, path: Path, turn: Turn, *, pending: bool = True) -> bool:
+    """A running function (or, with `pending`, a call still waiting in the last turn) lives
+    in this turn."""
+    last = pending and turn.end == path.length
     for node in thread_nodes(graph, path, turn):
         for call in graph.calls_of(node):
             fn = graph.nodes[call.function] if call.function else call
@@ -66,13 +67,19 @@ def has_running(graph: Graph, path: Path, turn: Turn) -> bool:
 
 
 def is_complete(graph: Graph, path: Path, turn: Turn) -> bool:
-    """A finished exchange: nothing pending, and (for the last turn) the assistant answered."""
-    if has_running(graph, path, turn):
-        return False
+    """A finished exchange. An earlier turn is complete unless a function in it still runs.
+    The last turn is complete once an assistant message in it ended without tool calls — and
+    stays so when the agent carries on in it (a hook's meta message, another tool loop), so
+    the latest complete turn only ever moves forward and what it protects never flickers."""
     if turn.end < path.length:
-        return True
-    last = graph.nodes[path.line.ids[turn.end - 1]]
-    return last.kind == "assistant" and not last.calls
+        return not has_running(graph, path, turn, pending=False)
+    return any(answered(graph, graph.nodes[n]) for n in path.line.ids[turn.start : turn.end])
+
+
+def answered(graph: Graph, node: Node) -> bool:
+    """An assistant message that ended without tool calls: its turn was complete there
+    (functions it started later do not count; a running one protects its turn anyway)."""
+    return node.kind == "assistant" and not any(graph.nodes[c].kind == "tool" for c in node.calls)
 
 
 @attrs.frozen

@@ -25,7 +25,7 @@ from ..tool_aging.policy import (
     RUNNING_FUNCTION_PLACEHOLDER,
     Policy,
 )
-from ..tool_aging.truncate import truncate_result
+from ..tool_aging.truncate import shorten_input, truncate_result
 from ..visibility import View
 
 # token categories of the context panel
@@ -126,6 +126,7 @@ class _Builder:
         self.view = view
         self.policy = policy
         self.counter = counter
+        self.input_chars = policy.microcompact_input_chars
         self.trunc = (
             policy.max_tool_result_chars,
             policy.truncate_head_chars,
@@ -204,7 +205,7 @@ class _Builder:
                 if node.kind == "user":
                     self.emit("user", self.user_parts(node), turn_no)
                 else:
-                    self.emit("assistant", self.assistant_parts(node), turn_no)
+                    self.emit("assistant", self.assistant_parts(node, proj), turn_no)
                     if node.calls:
                         at_head = own and node_id == head_id
                         self.emit("user", self.result_parts(node, proj, at_head), turn_no)
@@ -221,24 +222,28 @@ class _Builder:
             node.cache["p"] = parts
         return parts
 
-    def assistant_parts(self, node: Node) -> list[Part]:
-        key = ("p", len(node.calls))
-        parts = node.cache.get(key)
-        if parts is None:
-            blocks = list(node.content)
-            tail = []
-            for call in self.graph.calls_of(node):
-                block = self.call_block(call)
-                if call.kind == "tool" and call.index is not None and call.index <= len(blocks):
-                    blocks.insert(call.index, block)
-                else:
-                    tail.append(block)
-            blocks.extend(tail)
-            parts = [
+    def assistant_parts(self, node: Node, proj: Projection) -> list[Part]:
+        """The assistant message: its own blocks with its calls back at their positions.
+        Each part is memoized on its node, per variant (a call whose long inputs a Tier 1
+        clear shortened is a variant), so nothing is tokenized twice."""
+        content = node.cache.get("c")
+        if content is None:
+            content = [
                 Part(b, _BLOCK_CATEGORY.get(b["type"], ASSISTANT), self.counter.block(b), node.id)
-                for b in blocks
+                for b in node.content
             ]
-            node.cache[key] = parts
+            node.cache["c"] = content
+        if not node.calls:
+            return content
+        parts = list(content)
+        tail = []
+        for call in self.graph.calls_of(node):
+            part = self.call_part(call, call.id in proj.cleared_inputs)
+            if call.kind == "tool" and call.index is not None and call.index <= len(parts):
+                parts.insert(call.index, part)
+            else:
+                tail.append(part)
+        parts.extend(tail)
         return parts
 
     @staticmethod
@@ -256,6 +261,17 @@ class _Builder:
         # a function the model did not call as a tool: a synthetic, deterministic call
         inp = call.input if isinstance(call.input, dict) else {"input": call.input}
         return {"type": "tool_use", "id": f"fn_{call.id}", "name": call.name, "input": inp}
+
+    def call_part(self, call: Node, shortened: bool) -> Part:
+        key = ("u", shortened, self.input_chars if shortened else 0)
+        part = call.cache.get(key)
+        if part is None:
+            block = self.call_block(call)
+            if shortened:
+                block["input"] = shorten_input(block["input"], self.input_chars)
+            part = Part(block, TOOL_CALLS, self.counter.block(block), call.id)
+            call.cache[key] = part
+        return part
 
     def result_parts(self, node: Node, proj: Projection, at_head: bool) -> list[Part]:
         parts = []

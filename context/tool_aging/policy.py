@@ -85,13 +85,18 @@ class Policy:
     microcompact_first_at: int = 50
     microcompact_every: int = 25
     microcompact_keep_recent: int = 5
+    microcompact_keep_last: int = 1  # the last resort before "cannot fit" keeps only these
     idle_seconds: float = 90 * 60
     microcompact_mode: str = "time"  # "time" (client-side placeholder) | "cache" (Anthropic edits)
     microcompact_cache_clear_at_least: int = 5000
     # count-triggered clears while the cache is warm and under threshold: "defer" | "apply"
-    microcompact_warm: str = "defer"
+    microcompact_warm: str = "economic"  # "economic" | "defer" | "apply"
+    microcompact_horizon: int = 25  # requests expected to follow, for "economic"
     # over threshold, clear old results even when the count trigger is not due (a forced change)
     microcompact_when_over: bool = True
+    # also shorten the long arguments of those old calls (a written file's content, …)
+    microcompact_clear_inputs: bool = True
+    microcompact_input_chars: int = 200
     compactable_tools: tuple[str, ...] = tuple(
         sorted({name for names in COMPACTABLE_TOOLS.values() for name in names})
     )
@@ -156,9 +161,10 @@ def policy_from_config(config: dict[str, Any] | None) -> Policy:
             "config 'summaryProvider' must be 'anthropic', 'client' or 'digest'",
             field="summaryProvider",
         )
-    if overrides.get("microcompact_warm", "defer") not in ("defer", "apply"):
+    if overrides.get("microcompact_warm", "economic") not in ("economic", "defer", "apply"):
         raise InvalidConfig(
-            "config 'microcompactWarm' must be 'defer' or 'apply'", field="microcompactWarm"
+            "config 'microcompactWarm' must be 'economic', 'defer' or 'apply'",
+            field="microcompactWarm",
         )
     if overrides.get("microcompact_mode", "time") not in ("time", "cache"):
         raise InvalidConfig(
