@@ -118,18 +118,17 @@ def test_protected_turns(engine: Engine) -> None:
     g = engine.session("p").graph
     path = g.branch_path()
     starts = [t.start_id for t in turns_of(path)]
-    assert protected_starts(g, path) == ({starts[3]}, starts[3])  # complete and active at once
+    assert protected_starts(g, path) == {starts[3]}  # complete and active at once
     engine.append("p", messages=[user("t4 ask")])
     path = g.branch_path()
     starts = [t.start_id for t in turns_of(path)]
-    # the latest complete turn comes apart: only the rolling summary may take it
-    assert protected_starts(g, path) == ({starts[4]}, starts[3])
+    assert protected_starts(g, path) == {starts[3], starts[4]}
     # a running function protects its turn, wherever it hangs
     old_assistant = path.ids[1]
     fid = engine.session("p").function_start("bg", {"x": 1}, parent=old_assistant)
-    assert protected_starts(g, g.branch_path()) == ({starts[0], starts[4]}, starts[3])
+    assert protected_starts(g, g.branch_path()) == {starts[0], starts[3], starts[4]}
     engine.session("p").function_complete(fid, "done")
-    assert protected_starts(g, g.branch_path()) == ({starts[4]}, starts[3])
+    assert protected_starts(g, g.branch_path()) == {starts[3], starts[4]}
 
 
 def test_no_record_hides_a_running_function(engine: Engine) -> None:
