@@ -3,6 +3,7 @@ the window forcing a clear, and the cache-aware path through the real SDK and th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -93,7 +94,9 @@ def test_count_trigger_fires_at_50_then_every_25_keeping_the_5_newest(engine: En
     for k, event in fired.items():
         rec = record_by_id(engine, sid, event["recordIds"][0])
         assert rec.kind == "clear"
-        assert rec.data == {"mode": "time", "trigger": "count", "atCalls": k}
+        assert (rec.data["mode"], rec.data["trigger"], rec.data["atCalls"]) == ("time", "count", k)
+        assert rec.data["results"] == rec.covers  # short inputs: no input was shortened
+        assert rec.data["inputs"] == []
         assert event["details"]["trigger"] == "count"
         assert event["tokensAfter"] < event["tokensBefore"]
     first, second = records(engine, sid, "clear")
@@ -120,7 +123,7 @@ def test_keep_recent_is_configurable(engine: Engine) -> None:
 def test_count_trigger_defers_while_warm_then_clears_with_the_forced_change(
     engine: Engine,
 ) -> None:
-    sid = open_session(engine)
+    sid = open_session(engine, {"microcompactWarm": "defer"})
     engine.append(sid, messages=[user("task")])
     for k in range(1, 56):
         add_call(engine, sid, k)
@@ -140,6 +143,42 @@ def test_count_trigger_defers_while_warm_then_clears_with_the_forced_change(
     assert applied[0]["details"]["trigger"] == "count"
     assert placeholders(out.rendered.request) == expected_cleared(55)
     assert out.rendered.total <= 12_750
+
+
+def sized_session(engine: Engine, words: list[int]) -> str:
+    """One Read per entry of `words` (its result's size), in a single agentic turn."""
+    sid = open_session(engine)
+    engine.append(sid, messages=[user("task")])
+    for k, n in enumerate(words, start=1):
+        add_call(engine, sid, k, ("Read", filler(f"r{k}", n)))
+    return sid
+
+
+def test_economic_mode_clears_while_warm_when_the_savings_pay_for_the_rewrite(
+    engine: Engine,
+) -> None:
+    """DESIGN §4: 0.1 × saved × requests to come > 1.25 × re-written tokens (horizon 25)."""
+    sid = sized_session(engine, [600] * 40 + [30] * 10)  # big old results, a small tail
+    out = cascade(engine, sid, params(BIG))
+    assert out.rendered.total < 0.85 * 180_000
+    (event,) = [e for e in out.events if e["applied"]]
+    assert event["tier"] == "microcompact" and event["details"]["trigger"] == "count"
+    saved = event["tokensBefore"] - event["tokensAfter"]
+    rewritten_at_most = event["tokensAfter"]  # what follows the first cleared result
+    assert 0.1 * saved * 25 > 1.25 * rewritten_at_most
+    assert engine.render(sid, params(BIG)).total == event["tokensAfter"]
+
+
+def test_economic_mode_defers_when_the_rewrite_costs_more(engine: Engine) -> None:
+    sid = sized_session(engine, [30] * 45 + [600] * 5)  # small old results, big kept ones
+    out = cascade(engine, sid, params(BIG))
+    (event,) = out.events
+    assert not event["applied"] and event["reason"].startswith("deferred")
+    found = re.search(r"save ([\d,]+) tokens per request but re-write ([\d,]+)", event["reason"])
+    assert found is not None
+    saved, rewritten = (int(g.replace(",", "")) for g in found.groups())
+    assert saved > 0 and 0.1 * saved * 25 <= 1.25 * rewritten
+    assert records(engine, sid, "clear") == []
 
 
 def over_threshold_session(engine: Engine, config: dict[str, Any] | None = None) -> str:

@@ -151,7 +151,7 @@ def test_the_protected_turns_stay_even_when_nothing_fits(engine: Engine) -> None
     for t in range(1, 4):
         engine.append(sid, messages=exchange(f"t{t}", [read(f"t{t}")]))
     engine.append(sid, messages=exchange("latest", [read("l1", 700), read("l2", 700)]))
-    engine.append(sid, messages=[user("active: " + filler("huge", 5800))])
+    engine.append(sid, messages=[user("active: " + filler("huge", 8500))])
     log = log_bytes(engine, sid)
     with pytest.raises(CannotFit) as caught:
         cascade(engine, sid, params())
@@ -201,9 +201,13 @@ def test_the_first_turn_can_be_given_up(engine: Engine) -> None:
 
 def test_snip_can_be_disabled(engine: Engine) -> None:
     sid = build(engine, {"snipEnabled": False})
-    with pytest.raises(CannotFit):
-        cascade(engine, sid, params())
-    assert records(engine, sid) == []
+    try:
+        events = cascade(engine, sid, params()).events
+    except CannotFit as cannot:
+        events = cannot.data["events"]
+    (note,) = [e for e in events if e["tier"] == "snip"]
+    assert not note["applied"] and note["reason"] == "snip is disabled for this session"
+    assert records(engine, sid, "snip") == []
 
 
 def test_snip_on_demand_to_a_target(engine: Engine) -> None:

@@ -3,8 +3,8 @@ compaction call is recorded.
 
 The importer keeps that call as a `claude_code_compaction_call` note (its `parentUuid` names
 the last message of the conversation it summarized) just before the `compact_boundary` note.
-We relive the session up to that point, under the cascade as a client would run it (nothing
-fires at a 200K window), and compact there. What the call received is read from the raw JSONL
+We relive the session up to that point, every request sent whole as Claude Code did, and
+compact there. What the call received is read from the raw JSONL
 independently of the importer: every main-thread line before the boundary.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
-from compactd.context.cascade import digest_answer, drive
+from compactd.context.cascade import drive
 from compactd.context.engine import Engine, RenderParams
 from compactd.context.importers.apply import OpApplier, session_meta, steps
 from compactd.context.importers.plan import Note
@@ -112,9 +112,8 @@ def compacted(tmp_path_factory: pytest.TempPathFactory) -> Compacted:
         for op in step.ops:
             applier.apply(op)
         if step.call is not None and step.call.thread is None:
-            out = drive(engine.cascade(session.id, p), digest_answer)
-            assert not any(e["applied"] for e in out.events)  # Claude Code had no compaction
-            last = (step.call, out.rendered.estimate)
+            # as Claude Code did up to here: every request sent whole, nothing compacted
+            last = (step.call, engine.render(session.id, p).estimate)
     assert last is not None
     # the client reports what the provider counted for its last request (Claude Code's
     # system prompt and tools are not in our request, so the ratio is large: clamped at 2.5)
@@ -147,10 +146,11 @@ def test_our_summary_input_carries_every_request_and_result_that_call_received(
     final_texts = texts(final)
     final_results = {b["tool_use_id"]: b for b in blocks(final) if b.get("type") == "tool_result"}
 
-    # every request: replaced ones are in our input; the active turn's stays verbatim
+    # every request: replaced ones are in our input; the latest complete turn's and the
+    # active turn's stay verbatim
     in_input = [r for r in requests if f"USER: {r}" in prompt]
     kept = [r for r in requests if r in final_texts]
-    assert in_input == requests[:2] and kept == requests[2:]
+    assert in_input == requests[:1] and kept == requests[1:]
 
     # every result: in our input (Budget Reduction keeps its head and tail) or still shown
     summarized, retained = set(), set()
@@ -166,7 +166,7 @@ def test_our_summary_input_carries_every_request_and_result_that_call_received(
         else:
             assert use_id in final_results, f"{use_id} was neither summarized nor kept"
             retained.add(use_id)
-    assert len(summarized) >= 80 and retained
+    assert len(summarized) >= 20 and len(retained) >= 20
     # and nothing we summarized or kept is something that call did not receive
     ours = {
         line.split(")", 1)[0].removeprefix("TOOL RESULT (")

@@ -100,7 +100,7 @@ def test_short_history_under_the_threshold_is_left_alone(
     assert log_bytes(engine, sid) == log
 
 
-def test_when_two_kept_turns_are_still_too_many_only_the_latest_turn_stays(
+def test_when_two_kept_turns_are_still_too_many_only_the_latest_complete_one_stays(
     digest_engine: Engine,
 ) -> None:
     engine = digest_engine
@@ -109,17 +109,20 @@ def test_when_two_kept_turns_are_still_too_many_only_the_latest_turn_stays(
         engine.append(sid, messages=turn(f"s{k}", 1200))
     engine.append(sid, messages=explained("b4", 2600) + explained("b5", 2600))
     engine.append(sid, messages=[user("Request a6: now finish.")])
-    before = engine.render(sid, params()).total
-    assert before > THRESHOLD
+    before = engine.render(sid, params())
+    assert before.total > THRESHOLD
     _, out = manual(engine, sid)
     (summary,) = records(engine, sid, "summary")
-    assert summary.data["turns"] == turn_starts(engine, sid)[:6]  # all but the active turn
-    assert out.rendered.total < THRESHOLD < before
-    assert "Request a6: now finish." in texts(out.rendered.request)
+    # the spec: "always retain the latest complete user turn" — b5 stays, with the active turn
+    assert summary.data["turns"] == turn_starts(engine, sid)[:5]
+    assert out.rendered.total < THRESHOLD < before.total
+    shown = texts(out.rendered.request)
+    assert "Request b5: explain module b5." in shown and "Request a6: now finish." in shown
     # the checkpoint still quotes every request it replaced
-    marker = next(t for t in texts(out.rendered.request) if t.startswith("[compactd: summary"))
-    for tag in ("s0", "s3", "b4", "b5"):
+    marker = next(t for t in shown if t.startswith("[compactd: summary"))
+    for tag in ("s0", "s3", "b4"):
         assert f"Request {tag}:" in marker
+    assert "Request b5" not in marker
 
 
 def test_the_range_is_priced_in_the_providers_tokens(digest_engine: Engine) -> None:
