@@ -21,6 +21,7 @@ from . import digest
 from . import microcompact as tier1
 from . import snip as tier2
 from . import summary as tier4
+from .budget import Calibration
 from .errors import CannotFit, CompactdError
 from .graph import Record
 from .projection import CONTEXT_KINDS, REACTIVE
@@ -74,6 +75,9 @@ class Run:
         self.provider = summary_provider
         self.start_seq = session.graph.seq
         self.start_layout = self._layout()
+        # Tier 5 adopts the provider's count for this run only; the reactive record, once
+        # written, makes it the engine's too (a failed run must leave no trace, in memory either)
+        self.forced_calibration: Calibration | None = None
         self.drafts: list[Record] = []
         self.pending: list[tuple[dict[str, Any], dict[str, Any] | None]] = []  # (record, event)
         self.events: list[dict[str, Any]] = []
@@ -92,12 +96,17 @@ class Run:
             self.view,
             self.spec,
             self.policy,
-            self.engine.calibration(self.session),
+            self.calibration(),
             counter=self.engine.counter,
             extra_records=self.drafts,
             context_management=self.context_management,
             betas=self.betas,
         )
+
+    def calibration(self) -> Calibration:
+        if self.forced_calibration is not None:
+            return self.forced_calibration
+        return self.engine.calibration(self.session)
 
     @property
     def total(self) -> int:
@@ -267,7 +276,9 @@ def _reactive(run: Run, overflow: Overflow) -> None:
     model = run.spec.model or ""
     estimate = run.rendered.estimate
     if overflow.prompt_tokens is not None and estimate > 0:
-        run.engine.calibration(run.session).force(model, overflow.prompt_tokens, estimate)
+        forced = Calibration(dict(run.engine.calibration(run.session).ratios))
+        forced.force(model, overflow.prompt_tokens, estimate)
+        run.forced_calibration = forced
         run.rendered = run.render()
     target = target_tokens(overflow, run.total, run.limit, run.policy.reactive_margin)
     run.threshold = min(run.threshold, target)
@@ -389,7 +400,7 @@ def _clear_pays(run: Run, cands: tier1.Candidates) -> tuple[bool, int, int]:
         run.view,
         run.spec,
         run.policy,
-        run.engine.calibration(run.session),
+        run.calibration(),
         counter=run.engine.counter,
         extra_records=[*run.drafts, trial],
     )
