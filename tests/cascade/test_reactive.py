@@ -138,3 +138,24 @@ def test_an_overflow_that_cannot_be_met_writes_nothing(engine: Engine) -> None:
             overflow=parse_overflow(400, "prompt is too long: 9000 tokens > 3000 maximum"),
         )
     assert log_bytes(engine, sid) == log  # not even the reactive record
+
+
+def test_an_overflow_that_cannot_be_met_leaves_the_estimates_as_they_were(
+    engine: Engine,
+) -> None:
+    """Nothing was written, so nothing may change in memory either: this daemon estimates
+    exactly as a restarted one would."""
+    sid = open_session(engine)
+    engine.append(sid, messages=[user(filler("only", 1000))])
+    before = engine.render(sid, params())
+    with pytest.raises(CannotFit):
+        cascade(
+            engine,
+            sid,
+            params(),
+            answer=never,
+            overflow=parse_overflow(400, "prompt is too long: 9000 tokens > 3000 maximum"),
+        )
+    after = engine.render(sid, params())
+    assert after.ratio == before.ratio == Engine(engine.store).render(sid, params()).ratio
+    assert after.total == before.total
