@@ -244,10 +244,15 @@ def run_cascade(
             _last_resort(run)
     if run.total > run.limit:
         reasons = [e["reason"] for e in run.events if not e["applied"]]
+        budget = run.rendered.budget
+        why_limit = (
+            f"window {budget.window:,} − output reserve {budget.output_reserve:,}"
+            if run.limit == budget.limit
+            else f"the provider's overflow report, less a {run.policy.reactive_margin:.0%} margin"
+        )
         raise CannotFit(
             f"the request needs {run.total:,} tokens but only {run.limit:,} fit "
-            f"(window {run.rendered.budget.window:,} − output reserve "
-            f"{run.rendered.budget.output_reserve:,}); nothing more can be removed: "
+            f"({why_limit}); nothing more can be removed: "
             + ("; ".join(reasons) or "every remaining turn is protected"),
             tokens=run.total,
             limit=run.limit,
