@@ -129,7 +129,7 @@ def test_an_overflow_that_cannot_be_met_writes_nothing(engine: Engine) -> None:
     sid = open_session(engine)
     engine.append(sid, messages=[user(filler("only", 1000))])
     log = log_bytes(engine, sid)
-    with pytest.raises(CannotFit):
+    with pytest.raises(CannotFit) as caught:
         cascade(
             engine,
             sid,
@@ -138,6 +138,9 @@ def test_an_overflow_that_cannot_be_met_writes_nothing(engine: Engine) -> None:
             overflow=parse_overflow(400, "prompt is too long: 9000 tokens > 3000 maximum"),
         )
     assert log_bytes(engine, sid) == log  # not even the reactive record
+    # the limit it names is the provider's, with the margin, and it says so
+    assert caught.value.data["limit"] == 2_850
+    assert "only 2,850 fit (the provider's overflow report, less a 5% margin)" in str(caught.value)
 
 
 def test_an_overflow_that_cannot_be_met_leaves_the_estimates_as_they_were(
