@@ -55,6 +55,15 @@ def model_spec(model: str | None) -> ModelSpec:
     return MODELS[best] if best else DEFAULT_MODEL_SPEC
 
 
+def model_key(model: str | None) -> str:
+    """The name calibration is kept under: a dated id (`claude-haiku-4-5-20251001`) shares
+    its family's entry of the model table, so reports for either calibrate both."""
+    if not model:
+        return ""
+    best = max((k for k in MODELS if model.startswith(k)), key=len, default=None)
+    return best or model
+
+
 @attrs.frozen
 class Budget:
     """The limits of one request. `limit` is what the prompt may use: window − reserve."""
@@ -105,11 +114,12 @@ class Calibration:
         self.ratios: dict[str, float] = dict(ratios or {})
 
     def ratio(self, model: str | None) -> float:
-        return self.ratios.get(model or "", 1.0)
+        return self.ratios.get(model_key(model), 1.0)
 
     def observe(self, model: str, reported: int, estimated: int) -> float:
         if reported <= 0 or estimated <= 0:
             return self.ratio(model)
+        model = model_key(model)
         sample = min(self.MAX, max(self.MIN, reported / estimated))
         old = self.ratios.get(model)
         new = sample if old is None else old * (1 - self.WEIGHT) + sample * self.WEIGHT
@@ -118,6 +128,7 @@ class Calibration:
 
     def force(self, model: str, reported: int, estimated: int) -> float:
         """Adopt a provider's own count outright (a prompt-too-long report is exact)."""
+        model = model_key(model)
         if reported > 0 and estimated > 0:
             self.ratios[model] = round(min(self.MAX, max(self.MIN, reported / estimated)), 4)
         return self.ratio(model)
