@@ -67,12 +67,13 @@ def has_running(graph: Graph, path: Path, turn: Turn, *, pending: bool = True) -
 
 
 def is_complete(graph: Graph, path: Path, turn: Turn) -> bool:
-    """A finished exchange. An earlier turn is complete unless a function in it still runs.
-    The last turn is complete once an assistant message in it ended without tool calls — and
-    stays so when the agent carries on in it (a hook's meta message, another tool loop), so
-    the latest complete turn only ever moves forward and what it protects never flickers."""
+    """A finished exchange. An earlier turn is complete: the conversation moved on past it (a
+    function still running in it protects that turn by itself). The last turn is complete
+    once an assistant message in it ended without tool calls — and stays so when the agent
+    carries on in it (a hook's meta message, another tool loop). So the latest complete turn
+    only ever moves forward, and what it protects never flickers."""
     if turn.end < path.length:
-        return not has_running(graph, path, turn, pending=False)
+        return True
     return any(answered(graph, graph.nodes[n]) for n in path.line.ids[turn.start : turn.end])
 
 

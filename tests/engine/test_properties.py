@@ -369,19 +369,13 @@ def _find_text(request: dict[str, Any], text: str) -> tuple[int, int]:
 def latest_complete(g: Graph, turns: list[Turn], path_length: int, ids: list[str]) -> Turn | None:
     """The latest complete turn, where the last turn counts once it has been complete (an
     assistant message in it ended without tool calls) — it does not stop being the latest
-    because the agent carries on in it."""
+    because the agent carries on in it — and every earlier turn is complete (a function still
+    running in one protects it by itself): the latest complete turn only moves forward."""
     for turn in reversed(turns):
         nodes = [g.nodes[i] for i in ids[turn.start : turn.end]]
-        if turn.end == path_length:
-            if any(
-                n.kind == "assistant" and not any(g.nodes[c].kind == "tool" for c in n.calls)
-                for n in nodes
-            ):
-                return turn
-        elif not any(
-            (g.nodes[c.function] if c.function else c).status == "running"
+        if turn.end < path_length or any(
+            n.kind == "assistant" and not any(g.nodes[c].kind == "tool" for c in n.calls)
             for n in nodes
-            for c in g.calls_of(n)
         ):
             return turn
     return None
