@@ -151,7 +151,8 @@ class Engine:
             data = rec.data
             if rec.kind in (USAGE, REACTIVE) and data.get("estimated") and data.get("reported"):
                 adopt = cal.force if (rec.kind == REACTIVE or data.get("exact")) else cal.observe
-                adopt(data.get("model") or "", data["reported"], data["estimated"])
+                counted = data["reported"] + int(data.get("cleared") or 0)
+                adopt(data.get("model") or "", counted, data["estimated"])
         self._calibration[session.id] = (version, cal)
         return cal
 
@@ -290,7 +291,7 @@ class Engine:
         provider, occupancy under `prepare_occupancy`, already prepared)."""
         session = self.session(session_id)
         provider = self.provider_for(session)
-        if provider is None or session_id in self._prepared:
+        if provider is None:
             return None
         run = Run(self, session, params.view, params.spec, self.policy(session), provider)
         if run.total < run.policy.prepare_occupancy * run.limit:
@@ -314,8 +315,14 @@ class Engine:
     ) -> None:
         self._prepared[session_id] = (digest, model, result)
 
-    def has_prepared(self, session_id: str) -> bool:
-        return session_id in self._prepared
+    def has_prepared(
+        self, session_id: str, digest: str | None = None, model: str | None = None
+    ) -> bool:
+        """Whether a summary is prepared (for exactly this range and model, when given)."""
+        entry = self._prepared.get(session_id)
+        if entry is None:
+            return False
+        return digest is None or (entry[0] == digest and entry[1] == model)
 
     # ---- idle ---------------------------------------------------------------------------------
 
@@ -422,6 +429,10 @@ class Engine:
             estimated = last[1] if last is not None else 0
         reported = reported_prompt_tokens(usage) if usage else None
         data: dict[str, Any] = {"model": model, "estimated": estimated}
+        if reported is not None and applied_edits:
+            # the provider counted the request after its own clears: calibration adds them
+            # back, so it compares the count of what we sent (else estimates would shrink)
+            data["cleared"] = sum(int(e.get("cleared_input_tokens") or 0) for e in applied_edits)
         if usage:
             data["usage"] = usage
             data["reported"] = reported

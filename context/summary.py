@@ -472,6 +472,8 @@ def prepare(run: Run) -> Generator[SummaryNeeded, SummaryResult | SummaryFailure
         return False
     inp = build_input(run.graph, run.path, proj, run.rendered.conversation, rng, run.engine.counter)
     model = policy.summary_model or None
+    if run.engine.has_prepared(run.session.id, inp.digest, model):
+        return False  # already prepared for this very range (a stale one is replaced below)
     try:
         text, usage = yield from generate(
             run,

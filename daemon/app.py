@@ -114,7 +114,7 @@ class App:
         """While the user is away and the context is filling up, prepare the next rolling
         summary so the compaction that will come costs no waiting."""
         params = self.last_params.get(session.id)
-        if params is None or self.engine.has_prepared(session.id):
+        if params is None:
             return
         idle = time.time() - session.graph.last_activity
         if idle < self.engine.policy(session).prepare_idle_seconds:

@@ -96,7 +96,10 @@ def make_provider(
     if name == "anthropic":
         from .anthropic_provider import AnthropicSummaryProvider
 
-        return AnthropicSummaryProvider(model=model)
+        # one bound for the whole call: per HTTP attempt and for the attempts together
+        return AnthropicSummaryProvider(
+            model=model, timeout_seconds=timeout_seconds, wall_seconds=timeout_seconds
+        )
     raise SummaryFailure(
         "unavailable", f"unknown summary provider {name!r}; use one of {', '.join(PROVIDERS)}"
     )

@@ -404,12 +404,6 @@ def test_cache_aware_mode_waits_for_the_count_trigger(engine: Engine) -> None:
     assert out.events == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: Engine.calibration takes the provider's input_tokens after a server-side "
-    "clear as its count of our whole request, so the per-model ratio falls (clamped at 0.5) and "
-    "every later estimate is halved; it should add the applied edits' cleared_input_tokens back",
-)
 def test_usage_after_a_server_side_clear_does_not_skew_the_estimates(engine: Engine) -> None:
     sid = cache_session(engine, 60)
     p = params(window=15_000, tools=TOOLS)

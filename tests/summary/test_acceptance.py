@@ -333,12 +333,6 @@ async def test_a_usage_report_during_generation_does_not_undo_the_summary(
     assert [r["kind"] for r in await records(daemon, sid)] == ["usage", "summary"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="daemon bug: --summarize-timeout only reaches the `client` provider; the anthropic "
-    "provider keeps its 120 s HTTP timeout (and 300 s wall bound), so a stalled summary "
-    "blocks /compact for minutes",
-)
 async def test_a_stall_past_the_timeout_writes_nothing(
     daemon: CompactdClient, fake: FakeAnthropic, daemon_dir: Path
 ) -> None:

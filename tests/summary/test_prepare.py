@@ -71,11 +71,6 @@ async def test_a_prepared_summary_for_another_range_is_discarded(
     assert "reused" not in summary["data"]["usage"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: Engine.prepared_summary keeps a prepared summary whose range no longer "
-    "matches, so has_prepared() stays true and the idle loop never prepares that session again",
-)
 async def test_a_stale_preparation_does_not_block_the_next_one(
     daemon: CompactdClient, fake: FakeAnthropic
 ) -> None:
@@ -107,7 +102,11 @@ def test_engine_prepare_then_cascade_reuses_it(store: Store) -> None:
     except StopIteration as stop:
         assert stop.value is True
     assert engine.has_prepared(sid)
-    assert engine.prepare(sid, p) is None  # one preparation at a time
+    again = engine.prepare(sid, p)  # prepared already, for this very range: nothing to ask
+    assert again is not None
+    with pytest.raises(StopIteration) as done:
+        next(again)
+    assert done.value.value is False
     assert records_of(engine, sid) == []
 
     foreground = Recorder()
