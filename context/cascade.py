@@ -81,8 +81,6 @@ class Run:
         self.drafts: list[Record] = []
         self.pending: list[tuple[dict[str, Any], dict[str, Any] | None]] = []  # (record, event)
         self.events: list[dict[str, Any]] = []
-        self.context_management: dict[str, Any] | None = None
-        self.betas: list[str] | None = None
         self.thread = view.viewer
         self.rendered = self.render()
         self.limit = self.rendered.budget.limit
@@ -99,8 +97,6 @@ class Run:
             self.calibration(),
             counter=self.engine.counter,
             extra_records=self.drafts,
-            context_management=self.context_management,
-            betas=self.betas,
         )
 
     def calibration(self) -> Calibration:
@@ -135,6 +131,18 @@ class Run:
         self.pending.pop()
         self.events.pop()
         self.rendered = self.render()
+
+    def withdraw(self, kind: str) -> bool:
+        """Withdraw every draft of `kind` this run proposed (and its event)."""
+        keep = [i for i, (rec, _) in enumerate(self.pending) if rec["kind"] != kind]
+        if len(keep) == len(self.pending):
+            return False
+        gone = {id(self.pending[i][1]) for i in range(len(self.pending)) if i not in keep}
+        self.drafts = [self.drafts[i] for i in keep]
+        self.pending = [self.pending[i] for i in keep]
+        self.events = [e for e in self.events if id(e) not in gone]
+        self.rendered = self.render()
+        return True
 
     def note(self, tier: str, reason: str, **details: Any) -> None:
         """A tier that looked and did nothing says why."""
@@ -239,7 +247,18 @@ def run_cascade(
         if run.total > run.threshold:
             yield from tier3.run(run)
         if run.total > run.threshold and not tier3.holds_headroom(run):
+            # a snip of this very run is still a draft: let the summary see those turns whole
+            # instead of only their user requests; snip again if the summary was not enough
+            withdrawn = run.withdraw("snip") if run.provider is not None else False
+            if withdrawn:
+                run.note(
+                    "snip",
+                    "withdrawn: the rolling summary is tried first, so the turns "
+                    "this snip would have dropped reach the summarizer whole",
+                )
             yield from tier4.run(run, manual=False, instructions=None)
+            if withdrawn and run.total > run.threshold:
+                _snip(run)
         if run.total > run.limit:
             _last_resort(run)
     if run.total > run.limit:
@@ -324,12 +343,7 @@ def _microcompact(run: Run) -> None:
     policy = run.policy
     cands = tier1.candidates(run.graph, run.path, run.rendered.projection, policy)
     if policy.microcompact_mode == "cache":
-        if run.spec.format == "anthropic" and cands.calls >= policy.microcompact_first_at:
-            run.context_management = tier1.cache_edit(
-                run.graph, run.path, policy, run.spec.tools, run.threshold
-            )
-            run.betas = [tier1.CONTEXT_MANAGEMENT_BETA]
-            run.rendered = run.render()
+        if "context_management" in run.rendered.request:  # the render put the edit in
             run.note(
                 "microcompact",
                 "cache-aware: the provider clears old tool results "
@@ -384,6 +398,17 @@ def _microcompact(run: Run) -> None:
             },
         },
     )
+    saved = run.events[-1]["tokensBefore"] - run.total
+    minimum = int(policy.microcompact_min_gain * run.limit)
+    if trigger == "forced" and run.events[-1]["tokensBefore"] <= run.limit and saved < minimum:
+        # the request still fits: breaking the cache for a few tokens is not worth it
+        run.retract()
+        run.note(
+            "microcompact",
+            f"not worth it: a forced clear would free only {saved:,} tokens (under "
+            f"{minimum:,}) while the request still fits; the cache is kept",
+            calls=cands.calls,
+        )
 
 
 def _clear_pays(run: Run, cands: tier1.Candidates) -> tuple[bool, int, int]:

@@ -182,3 +182,16 @@ def cache_edit(
     if exclude:
         edit["exclude_tools"] = exclude
     return {"edits": [edit]}
+
+
+def cache_aware_edit(
+    graph: Graph, path: Path, policy: Policy, spec: Any, limit: int
+) -> dict[str, Any] | None:
+    """The context edit an Anthropic request carries in `microcompactMode: "cache"` once the
+    thread holds `microcompactFirstAt` tool calls — on every render from then on, with the
+    cascade or without, so the messages the provider caches never change."""
+    if policy.microcompact_mode != "cache" or spec.format != "anthropic":
+        return None
+    if len(tool_calls(graph, path)) < policy.microcompact_first_at:
+        return None
+    return cache_edit(graph, path, policy, spec.tools, int(policy.cascade_threshold * limit))

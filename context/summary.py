@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 TIER = "summary"
 MIN_CHUNK_TOKENS = 2000
+LINE_PIECE_TOKENS = MIN_CHUNK_TOKENS * 3 // 4  # a chunk of the smallest size takes any piece
 TOOL_INPUT_CHARS = 2000  # tool inputs in summarizer input are middle-truncated like results
 
 CHECKPOINT_PROMPT = """\
@@ -80,10 +81,21 @@ class SummaryInput:
     last_assistant: str | None
     prior_text: str | None
     digest: str  # hash of the whole input (the source prefix)
+    continued: list[bool] = attrs.field(factory=list)  # a piece of the line before it
 
     @property
     def tokens(self) -> int:
         return sum(self.line_tokens)
+
+    def text(self, lo: int = 0, hi: int | None = None) -> str:
+        """Lines `lo`..`hi` as one text (pieces of a split line join back seamlessly)."""
+        hi = len(self.lines) if hi is None else hi
+        out: list[str] = []
+        for i in range(lo, hi):
+            if out and not (self.continued and self.continued[i]):
+                out.append("\n")
+            out.append(self.lines[i])
+        return "".join(out)
 
 
 class SummaryFailed(Exception):
@@ -199,9 +211,31 @@ def build_input(
                 last_assistant = _describe(
                     graph, msg.role, part.block, lines, items, last_assistant
                 )
-    line_tokens = [counter.text(line) for line in lines]
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
-    return SummaryInput(lines, line_tokens, items, requests, last_assistant, prior_text, digest)
+    pieces = [(i > 0, p) for line in lines for i, p in enumerate(_split_line(line, counter))]
+    return SummaryInput(
+        [p for _, (p, _) in pieces],
+        [t for _, (_, t) in pieces],
+        items,
+        requests,
+        last_assistant,
+        prior_text,
+        digest,
+        [cont for cont, _ in pieces],
+    )
+
+
+def _split_line(line: str, counter: Counter) -> list[tuple[str, int]]:
+    """A line longer than `LINE_PIECE_TOKENS` (one huge message) in pieces, so chunking —
+    and a retry with smaller chunks — can always make progress."""
+    tokens = counter.text(line)
+    if tokens <= LINE_PIECE_TOKENS:
+        return [(line, tokens)]
+    parts = -(-tokens // LINE_PIECE_TOKENS)
+    size = -(-len(line) // parts)
+    return [
+        (line[i : i + size], counter.text(line[i : i + size])) for i in range(0, len(line), size)
+    ]
 
 
 def _describe(
@@ -305,7 +339,7 @@ def generate(
         if calls >= policy.summary_max_calls:
             raise SummaryFailed(f"the summary needed more than {policy.summary_max_calls} calls")
         parts_total = max(1, len(chunks))
-        body = "\n".join(inp.lines[lo:hi])
+        body = inp.text(lo, hi)
         prompt = body
         if rolling is not None:
             prompt = f"<previous_checkpoint>\n{rolling}\n</previous_checkpoint>\n\n{body}"

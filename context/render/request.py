@@ -14,6 +14,7 @@ import attrs
 from ..budget import Budget, Calibration, make_budget
 from ..errors import InvalidContent
 from ..graph import Graph, Record
+from ..microcompact import CONTEXT_MANAGEMENT_BETA, cache_aware_edit
 from ..projection import Projection, project
 from ..tokens import COUNTER, Counter
 from ..tool_aging.policy import Policy
@@ -111,8 +112,6 @@ def render_request(
     *,
     counter: Counter = COUNTER,
     extra_records: list[Record] | None = None,
-    context_management: dict[str, Any] | None = None,
-    betas: list[str] | None = None,
 ) -> Rendered:
     view = resolve_view(graph, options)
     own = project(graph, view.own, extra_records)
@@ -130,10 +129,10 @@ def render_request(
         request, tally = to_anthropic(
             conversation, counter, cache=spec.cache, cache_ttl=spec.cache_ttl, **common
         )
-        if context_management is not None:
-            request["context_management"] = context_management
-        if betas:
-            request["betas"] = list(betas)
+        edit = cache_aware_edit(graph, view.own, policy, spec, budget.limit)
+        if edit is not None:  # Tier 1's cache-aware path: every request carries it alike
+            request["context_management"] = edit
+            request["betas"] = [CONTEXT_MANAGEMENT_BETA]
     else:
         request, tally = to_openai(conversation, counter, **common)
     ratio = calibration.ratio(spec.model) if calibration is not None else 1.0

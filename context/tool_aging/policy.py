@@ -94,6 +94,7 @@ class Policy:
     microcompact_horizon: int = 25  # requests expected to follow, for "economic"
     # over threshold, clear old results even when the count trigger is not due (a forced change)
     microcompact_when_over: bool = True
+    microcompact_min_gain: float = 0.02  # …but only for at least this share of the limit
     # also shorten the long arguments of those old calls (a written file's content, …)
     microcompact_clear_inputs: bool = True
     microcompact_input_chars: int = 200

@@ -108,7 +108,8 @@ def few_big_turns(engine: Engine) -> str:
 SCENARIOS = {
     "clear": (only_results, ["microcompact"]),
     "clear+snip": (results_and_talk, ["microcompact", "snip"]),
-    "snip+summary": (few_big_turns, ["microcompact", "snip", "summary"]),
+    # a snip of the same run is withdrawn so the summary sees those turns whole
+    "snip+summary": (few_big_turns, ["microcompact", "summary"]),
 }
 
 
@@ -174,7 +175,7 @@ def test_cannot_fit_writes_nothing_though_tiers_had_acted(engine: Engine) -> Non
         cascade(engine, sid, params(), answer=recorder)
     assert len(recorder.needs) >= 1  # the summary was generated, then found not to be enough
     tiers = {e["tier"] for e in caught.value.data["events"] if e["applied"]}
-    assert {"snip", "summary"} <= tiers
+    assert "summary" in tiers  # (the snip this run drafted was withdrawn for the summary)
     assert caught.value.data["limit"] == LIMIT
     assert log_bytes(engine, sid) == log
     assert records(engine, sid) == []
