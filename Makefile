@@ -18,7 +18,7 @@ install: $(STAMP)
 ## make run — import a bundled real Claude Code transcript through the daemon and show its context panel
 run: $(STAMP)
 	@mkdir -p $(RUN_DATA)
-	COMPACTD_DATA_DIR=$(RUN_DATA) $(BIN)/compactd demo tests/data/transcripts/claude-code/64da7265-8f07-4967-b79f-0ae374c13330.jsonl
+	COMPACTD_DATA_DIR=$(RUN_DATA) COMPACTD_SUMMARY_PROVIDER=digest $(BIN)/compactd demo tests/data/transcripts/claude-code/64da7265-8f07-4967-b79f-0ae374c13330.jsonl
 
 ## make test — lint, every Python test, and the Node client's tests
 test: $(STAMP)

@@ -109,12 +109,21 @@ async def cmd_compact(ns: argparse.Namespace, client: CompactdClient) -> int:
 
 
 async def cmd_demo(ns: argparse.Namespace, client: CompactdClient) -> int:
-    """`make run`: import a real transcript through the daemon and show its panel."""
+    """`make run`: import a real transcript through the daemon, show its panel, then what the
+    cascade does to it in a smaller window."""
     result = await client.import_transcript(ns.path)
     console = Console(force_terminal=ns.color)
     for sid in result.session_ids:
         measure = await client.measure(sid, window=ns.window)
         console.print(build_panel(unstructure(measure), title=f"Session {sid}"))
+        if ns.then_window:
+            out = await client.render(sid, window=ns.then_window, cascade=True)
+            console.print(f"\n[bold]The next request at a {ns.then_window:,}-token window[/bold]")
+            for event in out.events:
+                mark = "✓" if event["applied"] else "·"
+                console.print(f" {mark} {event['tier']}: {event['reason']}")
+            after = await client.measure(sid, window=ns.then_window)
+            console.print(build_panel(unstructure(after), title=f"Session {sid} after the cascade"))
     return 0
 
 
@@ -199,6 +208,13 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="import a transcript and show its context panel")
     p.add_argument("path")
     p.add_argument("--window", type=int, default=200_000)
+    p.add_argument(
+        "--then-window",
+        type=int,
+        default=64_000,
+        dest="then_window",
+        help="then run the cascade as for a model with this window (0: don't)",
+    )
     from .replay import add_arguments as add_replay_arguments
 
     add_replay_arguments(
