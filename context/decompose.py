@@ -99,14 +99,8 @@ def from_anthropic(messages: Any) -> list[Spec]:
             if rest or not results:
                 # text sent along with tool results annotates them; it does not start a turn
                 specs.append(ThreadSpec("user", rest, meta or results > 0))
-        elif role in ("system", "developer"):
-            raise InvalidContent(
-                f"{where}: {role} messages are not history; pass the system prompt to "
-                "context/render as `system`",
-                where=where,
-            )
         else:
-            raise InvalidContent(f"{where}: unknown role {role!r}", where=where)
+            raise _not_a_history_role(role, where)
     return specs
 
 
@@ -167,17 +161,21 @@ def from_openai(messages: Any) -> list[Spec]:
                     "meta": msg.get("meta", False),
                 }
             )
-        elif role in ("system", "developer"):
-            raise InvalidContent(
-                f"{where}: {role} messages are not history; pass the system prompt to "
-                "context/render as `system`",
-                where=where,
-            )
         else:
-            raise InvalidContent(f"{where}: unknown role {role!r}", where=where)
+            raise _not_a_history_role(role, where)
     for msg in converted:
         msg.pop("_results", None)
     return from_anthropic(converted)
+
+
+def _not_a_history_role(role: Any, where: str) -> InvalidContent:
+    if role in ("system", "developer"):
+        return InvalidContent(
+            f"{where}: {role} messages are not history; pass the system prompt to "
+            "context/render as `system`",
+            where=where,
+        )
+    return InvalidContent(f"{where}: unknown role {role!r}", where=where)
 
 
 def _openai_text(content: Any, where: str) -> str:

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import anthropic
 from anthropic import AsyncAnthropic
+from compactd.context.reactive import parse_overflow
 from compactd.context.summarize import SummaryFailure, SummaryRequest, SummaryResult
 
 DEFAULT_SUMMARY_MODEL = "claude-haiku-4-5"
 MODEL_ENV = "COMPACTD_SUMMARY_MODEL"
 
 # The only signal the API gives for an over-window prompt (notes §5): no error_code, just this text.
-PROMPT_TOO_LONG = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum")
 
 # Above this the SDK refuses a non-streaming `create()` client-side (notes §5), so we must stream.
 NON_STREAMING_MAX_TOKENS = 21_333
@@ -215,9 +214,13 @@ def _failure_from_status(exc: anthropic.APIStatusError) -> SummaryFailure:
     if status == 200:  # the stream started fine, then the server sent `event: error`
         return fail("overloaded" if error_type == "overloaded_error" else "stream_error")
     if status == 400:
-        found = PROMPT_TOO_LONG.search(exc.api_message or "")
-        if found is not None:
-            return fail("prompt_too_long", prompt_tokens=int(found[1]), limit_tokens=int(found[2]))
+        found = parse_overflow(400, exc.api_message or "")  # the one reading of that message
+        if found is not None and found.prompt_tokens is not None:
+            return fail(
+                "prompt_too_long",
+                prompt_tokens=found.prompt_tokens,
+                limit_tokens=found.limit_tokens or 0,
+            )
         return fail("other")
     if status == 413 or error_type == "request_too_large":
         return fail("too_large")

@@ -21,6 +21,7 @@ from compactd.context.tokens import Counter
 from compactd.context.turns import turns_of
 from compactd.context.visibility import ViewOptions
 
+from tests.engine.helpers import assistant, user
 from tests.support.invariants import (
     check_anthropic_pairing,
     recount_anthropic,
@@ -37,18 +38,6 @@ Answer = Callable[[SummaryNeeded], SummaryResult | SummaryFailure]
 
 
 # ---- messages --------------------------------------------------------------------------------
-
-
-def user(text: str, *, meta: bool = False) -> dict[str, Any]:
-    msg: dict[str, Any] = {"role": "user", "content": [{"type": "text", "text": text}]}
-    if meta:
-        msg["meta"] = True
-    return msg
-
-
-def assistant(*blocks: dict[str, Any] | str) -> dict[str, Any]:
-    content = [{"type": "text", "text": b} if isinstance(b, str) else b for b in blocks]
-    return {"role": "assistant", "content": content}
 
 
 def tool_use(use_id: str, name: str = "Read", **inp: Any) -> dict[str, Any]:
