@@ -72,7 +72,7 @@ async def run_replay(ns: argparse.Namespace, client: CompactdClient) -> int:
 def print_report(
     report: dict[str, Any], show_steps: bool = False, console: Console | None = None
 ) -> None:
-    console = console or Console()
+    console = console or Console(width=max(120, Console().width))
     console.print(
         f"[bold]replay of {report['source']}[/bold] · window {report['window']:,} · "
         f"limit {report['limit']:,} · threshold {report['threshold']:,} · "
