@@ -400,6 +400,27 @@ def _chunk_items(inp: SummaryInput, lo: int, hi: int, rolling: str | None) -> li
 # ---- the tier ---------------------------------------------------------------------------------
 
 
+def choose_range(run: Run) -> Range | None:
+    """The range Tier 4 replaces: before the latest `summaryKeepTurns` complete turns; when
+    that still leaves the request over its threshold, before the latest complete turn only
+    (the spec's "retain the latest turn" — the latest complete user turn is always kept). With
+    nothing to summarize, short history under the threshold is left alone."""
+    policy, proj = run.policy, run.rendered.projection
+    rng = select_replaceable_range(run.graph, run.path, proj, policy.summary_keep_turns)
+    cost = range_cost(run.rendered.conversation, rng, proj) if rng and rng.new_turns else 0
+    cost = round(cost * run.rendered.ratio)  # calibrated, like run.total
+    estimate = run.total - cost + min(policy.summary_max_tokens, max(1, cost // 4))
+    if estimate > run.threshold:
+        wider = select_replaceable_range(run.graph, run.path, proj, 1)
+        if (
+            wider is not None
+            and wider.new_turns
+            and (rng is None or len(wider.turns) > len(rng.turns))
+        ):
+            rng = wider
+    return rng if rng is not None and rng.new_turns else None
+
+
 def run(
     run: Run, *, manual: bool, instructions: str | None
 ) -> Generator[SummaryNeeded, SummaryResult | SummaryFailure, None]:
@@ -412,22 +433,7 @@ def run(
         )
         return
     proj = run.rendered.projection
-    rng = select_replaceable_range(run.graph, run.path, proj, policy.summary_keep_turns)
-    cost = range_cost(run.rendered.conversation, rng, proj) if rng and rng.new_turns else 0
-    cost = round(cost * run.rendered.ratio)  # calibrated, like run.total
-    estimate = run.total - cost + min(policy.summary_max_tokens, max(1, cost // 4))
-    if estimate > run.threshold:
-        # keeping two complete turns is not enough: keep only the latest one — the spec's
-        # "retain the latest turn"; the latest complete user turn is always retained (when
-        # they leave nothing to summarize, `estimate` is the request as it is: short history
-        # under the threshold is left alone, and the provider is not called)
-        wider = select_replaceable_range(run.graph, run.path, proj, 1)
-        if (
-            wider is not None
-            and wider.new_turns
-            and (rng is None or len(wider.turns) > len(rng.turns))
-        ):
-            rng = wider
+    rng = choose_range(run)
     if rng is None or not rng.new_turns:
         run.note(
             TIER,
@@ -501,8 +507,8 @@ def prepare(run: Run) -> Generator[SummaryNeeded, SummaryResult | SummaryFailure
     result in memory (`Engine.keep_prepared`); nothing is written."""
     policy = run.policy
     proj = run.rendered.projection
-    rng = select_replaceable_range(run.graph, run.path, proj, policy.summary_keep_turns)
-    if rng is None or not rng.new_turns:
+    rng = choose_range(run)  # the very range the next Tier 4 would take
+    if rng is None:
         return False
     inp = build_input(run.graph, run.path, proj, run.rendered.conversation, rng, run.engine.counter)
     model = policy.summary_model or None
