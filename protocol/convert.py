@@ -76,14 +76,15 @@ def _system(value: Any, _type: Any) -> Any:
     return _text_or_blocks(value, _type)
 
 
-def _camel(name: str) -> str:
+def camel(name: str) -> str:
+    """A field's wire name: `session_id` → `sessionId`."""
     head, *rest = name.rstrip("_").split("_")
     return head + "".join(p.title() for p in rest)
 
 
 def _renames(cls: type) -> dict[str, Any]:
     return {
-        a.name: cattrs.gen.override(rename=_camel(a.name), omit_if_default=True)
+        a.name: cattrs.gen.override(rename=camel(a.name), omit_if_default=True)
         for a in attrs.fields(cls)
     }
 

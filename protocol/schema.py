@@ -17,15 +17,11 @@ from typing import Any, Literal, Union, get_args, get_origin
 import attrs
 
 from . import errors
+from .convert import camel
 from .types import METHODS, NOTIFICATIONS, SERVER_REQUESTS
 
 SCHEMA_VERSION = 1
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.rstrip("_").split("_")
-    return head + "".join(p.title() for p in rest)
 
 
 class _Builder:
@@ -82,8 +78,8 @@ class _Builder:
                 if not isinstance(default, attrs.Factory):  # type: ignore[arg-type]
                     schema = {**schema, "default": default}
             else:
-                required.append(_camel(field.name))
-            props[_camel(field.name)] = schema
+                required.append(camel(field.name))
+            props[camel(field.name)] = schema
         out: dict[str, Any] = {"type": "object", "properties": props}
         if required:
             out["required"] = required
