@@ -400,6 +400,23 @@ def _chunk_items(inp: SummaryInput, lo: int, hi: int, rolling: str | None) -> li
 # ---- the tier ---------------------------------------------------------------------------------
 
 
+def generate_checkpoint(
+    run: Run, inp: SummaryInput, instructions: str | None
+) -> Generator[SummaryNeeded, SummaryResult | SummaryFailure, tuple[str, dict[str, Any]]]:
+    """The rolling summary of `inp`, written the one way Tier 4 and background preparation
+    both use (same prompt, budget and model, so a prepared one is what Tier 4 would write)."""
+    return (
+        yield from generate(
+            run,
+            inp,
+            purpose="rolling",
+            system=system_prompt(instructions),
+            max_output=summary_budget(run),
+            model=run.policy.summary_model or None,
+        )
+    )
+
+
 def choose_range(run: Run) -> Range | None:
     """The range Tier 4 replaces: before the latest `summaryKeepTurns` complete turns; when
     that still leaves the request over its threshold, before the latest complete turn only
@@ -434,7 +451,7 @@ def run(
         return
     proj = run.rendered.projection
     rng = choose_range(run)
-    if rng is None or not rng.new_turns:
+    if rng is None:
         run.note(
             TIER,
             "short history: nothing before the retained turns to summarize; the "
@@ -448,14 +465,7 @@ def run(
         if prepared is not None:
             text, usage = prepared.text, {"calls": 0, "reused": True, "model": prepared.model}
         else:
-            text, usage = yield from generate(
-                run,
-                inp,
-                purpose="rolling",
-                system=system_prompt(instructions),
-                max_output=summary_budget(run),
-                model=model,
-            )
+            text, usage = yield from generate_checkpoint(run, inp, instructions)
     except SummaryFailed as failed:
         run.note(TIER, f"{failed.reason}; nothing was written", failed=True)
         return
@@ -515,14 +525,7 @@ def prepare(run: Run) -> Generator[SummaryNeeded, SummaryResult | SummaryFailure
     if run.engine.has_prepared(run.session.id, inp.digest, model):
         return False  # already prepared for this very range (a stale one is replaced below)
     try:
-        text, usage = yield from generate(
-            run,
-            inp,
-            purpose="rolling",
-            system=system_prompt(None),
-            max_output=summary_budget(run),
-            model=model,
-        )
+        text, usage = yield from generate_checkpoint(run, inp, None)
     except SummaryFailed:
         return False
     run.engine.keep_prepared(
