@@ -1,5 +1,6 @@
-"""The `compactd` command. Every subcommand but `serve` and `schema` talks to a daemon it
-spawns, through the Python client over stdio — so the CLI exercises the real protocol."""
+"""The `compactd` command's client side. Every subcommand but `serve` and `schema` talks to a
+daemon it spawns, through the Python client over stdio — so the CLI exercises the real
+protocol. `compactd.main` routes `serve` to the daemon; this module imports only `protocol`."""
 
 from __future__ import annotations
 
@@ -257,12 +258,8 @@ async def _run_client(ns: argparse.Namespace) -> int:
         await client.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    ns = parser().parse_args(argv)
-    if ns.command == "serve":
-        from ..daemon.main import serve
-
-        return serve(ns)
+def run(ns: argparse.Namespace) -> int:
+    """Every command but `serve` (the daemon's, dispatched by `compactd.main`)."""
     if ns.command == "schema":
         from ..protocol.schema import schema_text
 

@@ -1,3 +1,3 @@
-from compactd.clients.cli import main
+from compactd.main import main
 
 raise SystemExit(main())

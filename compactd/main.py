@@ -1,0 +1,18 @@
+"""The `compactd` console script: `serve` runs the daemon, every other command the client CLI.
+
+The one module that sees both sides, so the client (`compactd.clients`) never imports the
+daemon, and a client command does not pay for the daemon's imports.
+"""
+
+from __future__ import annotations
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .clients.cli import parser, run
+
+    ns = parser().parse_args(argv)
+    if ns.command == "serve":
+        from .daemon.main import serve
+
+        return serve(ns)
+    return run(ns)
