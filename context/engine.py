@@ -13,32 +13,24 @@ from typing import Any
 
 import attrs
 
-from . import microcompact
-from . import summary as summary_tier
 from .budget import Calibration, reported_prompt_tokens
-from .cascade import Drive, Outcome, Run, run_cascade, snip_now
+from .cascade import Drive, run_cascade
 from .decompose import from_anthropic, from_nodes, from_openai
 from .errors import InvalidContent
-from .graph import Graph, Node
+from .graph import Graph, Node, Record
+from .policy import Policy, policy_from_config
 from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE
-from .reactive import Overflow, parse_overflow
-from .render.request import Rendered, RequestSpec, render_request
+from .render.request import Rendered, RenderParams, render_request
 from .session import UNSET, AppendResult, Library, Session
 from .store import Store
-from .summarize import SummaryResult
+from .summarizer.types import Steps, SummaryResult
+from .tiers import microcompact, rolling_summary, snip
+from .tiers.base import Outcome, Run, TierEvent
+from .tiers.reactive import Overflow, parse_overflow
 from .tokens import COUNTER, Counter
-from .tool_aging.policy import Policy, policy_from_config
 from .visibility import ViewOptions
 
 Clock = Callable[[], float]
-
-
-@attrs.frozen
-class RenderParams:
-    """Everything a render depends on besides the graph."""
-
-    view: ViewOptions = attrs.field(factory=ViewOptions)
-    spec: RequestSpec = attrs.field(factory=RequestSpec)
 
 
 @attrs.frozen
@@ -53,7 +45,7 @@ class UsageReport:
 @attrs.frozen
 class IdleOutcome:
     cleared: int
-    events: list[dict[str, Any]]
+    events: list[TierEvent]
 
 
 class Engine:
@@ -199,16 +191,28 @@ class Engine:
             self._last_estimate[session_id] = (params.spec.model, rendered.estimate)
         return rendered
 
-    def render_session(self, session: Session, params: RenderParams, **kw: Any) -> Rendered:
-        return render_request(
+    def render_session(
+        self,
+        session: Session,
+        params: RenderParams,
+        *,
+        extra_records: list[Record] | None = None,
+        calibration: Calibration | None = None,
+    ) -> Rendered:
+        """The one render of a session: the request as the model will get it, Tier 1's
+        server-side edit included (`extra_records`: drafts a cascade run is trying)."""
+        policy = self.policy(session)
+        rendered = render_request(
             session.graph,
             params.view,
             params.spec,
-            self.policy(session),
-            self.calibration(session),
+            policy,
+            calibration if calibration is not None else self.calibration(session),
             counter=self.counter,
-            **kw,
+            extra_records=extra_records,
         )
+        microcompact.attach_server_edit(rendered, session.graph, policy, params.spec)
+        return rendered
 
     def cascade(
         self,
@@ -247,9 +251,8 @@ class Engine:
         session = self.session(session_id)
         run = Run(self, session, params.view, params.spec, self.policy(session), None)
         before = run.total
-        snip_now(run, target if target is not None else run.threshold)
-        ids = run.commit()
-        return Outcome(run.rendered, run.events, ids, before)
+        snip.on_demand(run, target if target is not None else run.threshold)
+        return run.outcome(before, run.commit())
 
     def measure_advice(self, session: Session, rendered: Rendered) -> str | None:
         policy = self.policy(session)
@@ -286,7 +289,7 @@ class Engine:
             ]
         )[0]
 
-    def prepare(self, session_id: str, params: RenderParams) -> Any:
+    def prepare(self, session_id: str, params: RenderParams) -> Steps[bool] | None:
         """A generator preparing the next Tier 4 summary, or None when it is not worth it (no
         provider, occupancy under `prepare_occupancy`, already prepared)."""
         session = self.session(session_id)
@@ -296,7 +299,7 @@ class Engine:
         run = Run(self, session, params.view, params.spec, self.policy(session), provider)
         if run.total < run.policy.prepare_occupancy * run.limit:
             return None
-        return summary_tier.prepare(run)
+        return rolling_summary.prepare(run)
 
     # ---- summaries prepared in the background -------------------------------------------------
 
@@ -345,37 +348,19 @@ class Engine:
         (Tier 1, time-based) at no cache cost, and mark this idle period done."""
         policy = self.policy(session)
         g = session.graph
-        path = g.branch_path()
         rendered = self.render_session(session, RenderParams(view=ViewOptions()))
-        cands = microcompact.candidates(g, path, rendered.projection, policy)
-        records: list[dict[str, Any]] = []
-        events: list[dict[str, Any]] = []
-        if cands.any:
-            records.append(microcompact.clear_record(cands, "idle", None))
+        cands, record, event = microcompact.idle_clear(
+            g, g.branch_path(), rendered.projection, policy
+        )
+        records = [record] if record is not None else []
         records.append({"kind": IDLE, "covers": [], "data": {"activity": g.last_activity}})
-        before = rendered.total
         ids = session.add_records(records)
-        if cands.any:
-            after = self.render_session(session, RenderParams(view=ViewOptions())).total
-            events.append(
-                {
-                    "tier": "microcompact",
-                    "applied": True,
-                    "tokensBefore": before,
-                    "tokensAfter": after,
-                    "recordIds": [ids[0]],
-                    "reason": f"idle for {policy.idle_seconds / 60:.0f}+ minutes (the provider's "
-                    f"cache has expired): cleared {len(cands.clearable)} old tool results and "
-                    f"shortened {len(cands.inputs)} old tool inputs",
-                    "details": {
-                        "trigger": "idle",
-                        "cleared": len(cands.clearable),
-                        "inputs": len(cands.inputs),
-                        "mode": "time",
-                    },
-                }
-            )
-        return IdleOutcome(cands.count, events)
+        if event is None:
+            return IdleOutcome(cands.count, [])
+        after = self.render_session(session, RenderParams(view=ViewOptions())).total
+        event.applied, event.tokens_before, event.tokens_after = True, rendered.total, after
+        event.record_ids = [ids[0]]
+        return IdleOutcome(cands.count, [event])
 
     # ---- usage --------------------------------------------------------------------------------
 

@@ -11,20 +11,19 @@ removed or shortened. A generator like the cascade: LLM summaries are yielded to
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Generator
 from typing import Any
 
 import attrs
 import orjson
 
 from .cache_model import CacheModel, Charge, price_recorded
-from .cascade import SummaryNeeded
 from .engine import Engine, RenderParams
 from .errors import CannotFit
 from .importers.apply import OpApplier, steps
 from .importers.plan import ImportedSession
 from .render.request import Rendered, RequestSpec
-from .summarize import SummaryFailure, SummaryResult
+from .summarizer.types import Steps
+from .tiers.base import TierEvent
 from .tokens import MESSAGE_OVERHEAD
 from .visibility import ViewOptions
 
@@ -161,7 +160,7 @@ def request_blocks(rendered: Rendered, counter: Any) -> list[tuple[bytes, int]]:
 
 def replay(
     engine: Engine, imported: ImportedSession, options: ReplayOptions
-) -> Generator[SummaryNeeded, SummaryResult | SummaryFailure, ReplayReport]:
+) -> Steps[ReplayReport]:
     session = engine.library.create(
         config=dict(options.config), meta={"replayOf": imported.source_id}
     )
@@ -188,7 +187,7 @@ def replay(
         if call is None:
             continue
         at = call.timestamp if call.timestamp is not None else (previous or 0.0) + 1.0
-        events: list[dict[str, Any]] = []
+        events: list[TierEvent] = []
         if previous is not None and at - previous >= policy.idle_seconds:
             events.extend(engine.run_idle(session).events)
         previous = at
@@ -214,11 +213,9 @@ def replay(
         charge = cache.request(request_blocks(rendered, engine.counter), at)
         summary_calls, summary_in, summary_out = _summary_usage(events)
         summary_cost = summary_in + summary_out * 5.0
-        applied = [e for e in events if e.get("applied")]
+        applied = [e for e in events if e.applied]
         removed = sum(
-            max(0, e["tokensBefore"] - e["tokensAfter"])
-            for e in applied
-            if e["tier"] in REMOVING_TIERS
+            max(0, e.tokens_before - e.tokens_after) for e in applied if e.tier in REMOVING_TIERS
         )
         row = Step(
             index=index,
@@ -226,9 +223,15 @@ def replay(
             time=at,
             tokens=rendered.total,
             limit=limit,
-            tiers=[e["tier"] for e in applied],
+            tiers=[e.tier for e in applied],
             events=[
-                {k: e[k] for k in ("tier", "applied", "reason", "tokensBefore", "tokensAfter")}
+                {
+                    "tier": e.tier,
+                    "applied": e.applied,
+                    "reason": e.reason,
+                    "tokensBefore": e.tokens_before,
+                    "tokensAfter": e.tokens_after,
+                }
                 for e in events
             ],
             cache_read=charge.read,
@@ -293,11 +296,11 @@ def _add(totals: Totals, charge: Charge, tokens: int, limit: int, cannot_fit: bo
     totals.cannot_fit += cannot_fit
 
 
-def _summary_usage(events: list[dict[str, Any]]) -> tuple[int, int, int]:
+def _summary_usage(events: list[TierEvent]) -> tuple[int, int, int]:
     calls = inp = out = 0
     for event in events:
-        details = event.get("details") or {}
-        if event.get("tier") in ("summary", "collapse") and event.get("applied"):
+        details = event.details
+        if event.tier in ("summary", "collapse") and event.applied:
             calls += int(details.get("calls") or 0)
             inp += int(details.get("inputTokens") or 0)
             out += int(details.get("outputTokens") or 0)

@@ -1,9 +1,10 @@
 """Driving the engine's cascade from the daemon: summary providers, progress, cancellation,
 notifications.
 
-The engine's cascade is a generator that yields `SummaryNeeded`; here each one is answered by
-the session's provider. A cancelled request (`$/cancelRequest`) closes the generator before
-its final commit, so nothing is written. One cascade runs per session at a time.
+The engine's cascade (and background preparation, and a replay) is a generator that yields
+`SummaryNeeded`; `drive` is the one loop that answers each with the session's provider for
+every caller. A cancelled request (`$/cancelRequest`) closes the generator before its final
+commit, so nothing is written. One cascade runs per session at a time.
 """
 
 from __future__ import annotations
@@ -11,55 +12,67 @@ from __future__ import annotations
 import contextlib
 import logging
 import tempfile
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 from lsprotocol.types import WorkDoneProgressBegin, WorkDoneProgressEnd, WorkDoneProgressReport
 
-from ..context.cascade import Drive, Outcome, SummaryNeeded
 from ..context.engine import Engine, RenderParams
 from ..context.errors import InvalidContent, ProviderFailure
-from ..context.reactive import Overflow, parse_overflow
 from ..context.render.request import Rendered
 from ..context.replay import ReplayOptions, replay
 from ..context.store import Store
-from ..context.summarize import SummaryFailure, SummaryResult
+from ..context.summarizer.driver import drive_async
+from ..context.summarizer.types import Answer, Steps, SummaryFailure, SummaryNeeded
+from ..context.tiers.base import Outcome, TierEvent
+from ..context.tiers.reactive import Overflow, parse_overflow
 from ..protocol.types import CompactResult, ProviderError, ReplayParams
 from .app import App
 
 log = logging.getLogger("compactd.daemon")
+T = TypeVar("T")
 
 
-async def drive(app: App, session_id: str, gen: Drive, token: str | None) -> Outcome:
-    """Run a cascade, answering its summary requests with the session's provider."""
-    session = app.engine.session(session_id)
-    provider_name = app.engine.provider_for(session)
+async def drive(
+    app: App,
+    session_id: str,
+    steps: Steps[T],
+    *,
+    provider: str | None,
+    token: str | None = None,
+    title: str = "compactd: compacting",
+    describe: Callable[[SummaryNeeded, int], str] = lambda need, n: (
+        f"{need.tier}: summary call {n}"
+    ),
+) -> T:
+    """Run `steps` to its end, answering each summary request with `provider` and reporting
+    it as `$/progress` on the client's `token`."""
     calls = 0
-    async with (
-        app.registry.lock(session_id),
-        progress(app, token, "compactd: compacting") as report,
-    ):
-        try:
-            need = next(gen)
-            while True:
-                calls += 1
-                report(f"{need.tier}: summary call {calls}")
-                answer = await answer_one(app, session_id, provider_name, need)
-                need = gen.send(answer)
-        except StopIteration as stop:
-            outcome: Outcome = stop.value
-        except BaseException:
-            gen.close()
-            raise
+    async with progress(app, token, title) as report:
+
+        async def answer(need: SummaryNeeded) -> Answer:
+            nonlocal calls
+            calls += 1
+            report(describe(need, calls))
+            return await answer_one(app, session_id, provider, need)
+
+        return await drive_async(steps, answer)
+
+
+async def cascade(app: App, session_id: str, steps: Steps[Outcome], token: str | None) -> Outcome:
+    """One cascade, under the session's lock; every change it made is notified."""
+    provider = app.engine.provider_for(app.engine.session(session_id))
+    async with app.registry.lock(session_id):
+        outcome = await drive(app, session_id, steps, provider=provider, token=token)
     for event in outcome.events:
-        if event["applied"]:
+        if event.applied:
             app.notify_compacted(session_id, event)
     return outcome
 
 
 async def answer_one(
     app: App, session_id: str, provider_name: str | None, need: SummaryNeeded
-) -> SummaryResult | SummaryFailure:
+) -> Answer:
     if provider_name is None:
         return SummaryFailure("unavailable", "no summary provider is configured")
     try:
@@ -95,7 +108,7 @@ async def render_with_cascade(
     overflow: ProviderError | None,
     reported: Overflow | None,
     token: str | None,
-) -> tuple[Rendered, list[dict[str, Any]]]:
+) -> tuple[Rendered, list[TierEvent]]:
     """The cascade for one render; `overflow` (given with the render) takes precedence over
     `reported` (what `context/reportUsage` kept for this render)."""
     parsed = parse_overflow(overflow.status, overflow.message) if overflow else reported
@@ -105,8 +118,9 @@ async def render_with_cascade(
             "(HTTP 413, or 400 'prompt is too long: N tokens > M maximum')",
             field="overflow",
         )
-    gen = app.engine.cascade(session_id, params, overflow=parsed)
-    outcome = await drive(app, session_id, gen, token)
+    outcome = await cascade(
+        app, session_id, app.engine.cascade(session_id, params, overflow=parsed), token
+    )
     return outcome.rendered, outcome.events
 
 
@@ -115,44 +129,34 @@ async def compact(
 ) -> CompactResult:
     """`/compact`: Tier 4 now. A failure or no gain is a result (applied=false) with the
     reason, not an error; nothing is written then."""
-    gen = app.engine.cascade(session_id, params, manual=True, instructions=instructions)
-    outcome = await drive(app, session_id, gen, token)
-    summary = next((e for e in outcome.events if e["tier"] == "summary"), None)
-    applied = bool(summary and summary["applied"])
-    if summary is not None and not applied and summary["details"].get("failed"):
-        raise ProviderFailure(summary["reason"], tier="summary")
+    steps = app.engine.cascade(session_id, params, manual=True, instructions=instructions)
+    outcome = await cascade(app, session_id, steps, token)
+    summary = next((e for e in outcome.events if e.tier == "summary"), None)
+    applied = bool(summary and summary.applied)
+    if summary is not None and not applied and summary.details.get("failed"):
+        raise ProviderFailure(summary.reason, tier="summary")
     return CompactResult(
         applied=applied,
         tokens_before=outcome.tokens_before,
         tokens_after=outcome.rendered.total,
-        reason=summary["reason"] if summary else "nothing to summarize",
+        reason=summary.reason if summary else "nothing to summarize",
         provider=app.engine.provider_for(app.engine.session(session_id)),
-        covered_turns=summary["details"].get("coveredTurns", 0) if applied and summary else 0,
+        covered_turns=summary.details.get("coveredTurns", 0) if applied and summary else 0,
     )
 
 
 async def prepare_summary(app: App, session_id: str, params: RenderParams) -> bool:
     """Background preparation of the Tier 4 summary while the session is idle: the result
     stays in memory and the next cascade commits it only for an identical source range."""
-    gen = app.engine.prepare(session_id, params)
-    if gen is None:
+    steps = app.engine.prepare(session_id, params)
+    if steps is None:
         return False
-    name = app.engine.provider_for(app.engine.session(session_id))
+    provider = app.engine.provider_for(app.engine.session(session_id))
     async with app.registry.lock(session_id):
-        try:
-            need = next(gen)
-            while True:
-                answer = await answer_one(app, session_id, name, need)
-                if isinstance(answer, SummaryFailure):
-                    log.info("background summary for %s failed: %s", session_id, answer)
-                    gen.close()
-                    return False
-                need = gen.send(answer)
-        except StopIteration as stop:
-            return bool(stop.value)
-        except BaseException:
-            gen.close()
-            raise
+        prepared = await drive(app, session_id, steps, provider=provider)
+    if not prepared:
+        log.info("no background summary prepared for %s", session_id)
+    return prepared
 
 
 async def replay_transcript(app: App, p: ReplayParams) -> dict[str, Any]:
@@ -176,16 +180,13 @@ async def replay_transcript(app: App, p: ReplayParams) -> dict[str, Any]:
     )
     with tempfile.TemporaryDirectory(prefix="compactd-replay-") as scratch:
         engine = Engine(Store(scratch), defaults=app.engine.defaults, summary_provider=provider)
-        gen = replay(engine, sessions[p.index], options)
-        async with progress(app, p.work_done_token, "compactd: replaying") as report:
-            try:
-                need = next(gen)
-                while True:
-                    report(f"{need.tier} summary")
-                    need = gen.send(await answer_one(app, "replay", provider, need))
-            except StopIteration as stop:
-                result = stop.value
-            except BaseException:
-                gen.close()
-                raise
+        result = await drive(
+            app,
+            "replay",
+            replay(engine, sessions[p.index], options),
+            provider=provider,
+            token=p.work_done_token,
+            title="compactd: replaying",
+            describe=lambda need, _: f"{need.tier} summary",
+        )
     return result.to_json()

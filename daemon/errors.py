@@ -10,6 +10,7 @@ from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInva
 from ..context.errors import CompactdError
 from ..protocol.convert import ParamsError
 from ..protocol.errors import code_for
+from .wire import plain
 
 
 class CompactdRpcError(JsonRpcException):
@@ -40,7 +41,7 @@ def _jsonable(data: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in data.items():
         if isinstance(value, str | int | float | bool | type(None) | list | dict):
-            out[key] = value
+            out[key] = plain(value)
         else:
             out[key] = repr(value)
     return out

@@ -5,15 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from ..context.engine import RenderParams as EngineRenderParams
+from ..context.policy import policy_from_config
 from ..context.render.request import RequestSpec
 from ..context.session import UNSET
-from ..context.tool_aging.policy import policy_from_config
 from ..context.visibility import ViewOptions
 from ..protocol import methods as m
 from ..protocol import types as t
 from .app import App
 from .compaction import compact, render_with_cascade, replay_transcript
 from .server import CompactdServer, rpc
+from .wire import event_json
 
 
 def engine_params(p: t.RenderParams | t.CompactParams | t.SnipParams) -> EngineRenderParams:
@@ -41,14 +42,14 @@ def engine_params(p: t.RenderParams | t.CompactParams | t.SnipParams) -> EngineR
 def register(server: CompactdServer, app: App) -> None:
     engine = app.engine
 
-    @rpc(server, m.SESSION_OPEN, t.OpenParams)
+    @rpc(server, m.SESSION_OPEN)
     def session_open(ls: CompactdServer, p: t.OpenParams) -> t.OpenResult:
         session, created = engine.open(p.session_id, p.config)
         app.registry.get(session.id)
         g = session.graph
         return t.OpenResult(session.id, g.current_branch, g.head(), created)
 
-    @rpc(server, m.SESSION_LIST, t.ListParams)
+    @rpc(server, m.SESSION_LIST)
     def session_list(ls: CompactdServer, p: t.ListParams) -> t.ListResult:
         out = []
         for sid in engine.list():
@@ -56,12 +57,12 @@ def register(server: CompactdServer, app: App) -> None:
             out.append(t.SessionInfo(sid, stat.st_size, stat.st_mtime, sid in engine.sessions))
         return t.ListResult(out)
 
-    @rpc(server, m.SESSION_GET, t.GetParams)
+    @rpc(server, m.SESSION_GET)
     def session_get(ls: CompactdServer, p: t.GetParams) -> dict[str, Any]:
         app.session(p.session_id)
         return engine.inspect(p.session_id, p.node_id, p.branch)
 
-    @rpc(server, m.SESSION_APPEND, t.AppendParams)
+    @rpc(server, m.SESSION_APPEND)
     def session_append(
         ls: CompactdServer, p: t.AppendParams, raw: dict[str, Any]
     ) -> t.AppendResult:
@@ -77,12 +78,12 @@ def register(server: CompactdServer, app: App) -> None:
         )
         return t.AppendResult(result.head, result.node_ids)
 
-    @rpc(server, m.SESSION_TOOL_RESULT, t.ToolResultParams)
+    @rpc(server, m.SESSION_TOOL_RESULT)
     def tool_result(ls: CompactdServer, p: t.ToolResultParams) -> t.HeadResult:
         session = app.session(p.session_id)
         return t.HeadResult(session.tool_result(p.tool_use_id, p.content, p.is_error).head)
 
-    @rpc(server, m.FUNCTION_START, t.FunctionStartParams)
+    @rpc(server, m.FUNCTION_START)
     def function_start(ls: CompactdServer, p: t.FunctionStartParams) -> t.FunctionStartResult:
         session = app.session(p.session_id)
         fid = session.function_start(
@@ -96,28 +97,28 @@ def register(server: CompactdServer, app: App) -> None:
         )
         return t.FunctionStartResult(fid)
 
-    @rpc(server, m.FUNCTION_COMPLETE, t.FunctionCompleteParams)
+    @rpc(server, m.FUNCTION_COMPLETE)
     def function_complete(ls: CompactdServer, p: t.FunctionCompleteParams) -> t.HeadResult:
         session = app.session(p.session_id)
         session.function_complete(p.function_id, p.output, p.status)
         return t.HeadResult(session.graph.head())
 
-    @rpc(server, m.SESSION_BRANCH, t.BranchParams)
+    @rpc(server, m.SESSION_BRANCH)
     def session_branch(ls: CompactdServer, p: t.BranchParams) -> t.BranchResult:
         session = app.session(p.session_id)
         return t.BranchResult(p.name, session.create_branch(p.name, p.from_node))
 
-    @rpc(server, m.SESSION_CHECKOUT, t.CheckoutParams)
+    @rpc(server, m.SESSION_CHECKOUT)
     def session_checkout(ls: CompactdServer, p: t.CheckoutParams) -> t.BranchResult:
         session = app.session(p.session_id)
         return t.BranchResult(p.branch, session.checkout(p.branch))
 
-    @rpc(server, m.SESSION_IMPORT, t.ImportParams)
+    @rpc(server, m.SESSION_IMPORT)
     def session_import(ls: CompactdServer, p: t.ImportParams) -> t.ImportResult:
         ids, warnings = engine.import_file(p.path)
         return t.ImportResult(ids, warnings)
 
-    @rpc(server, m.CONTEXT_RENDER, t.RenderParams)
+    @rpc(server, m.CONTEXT_RENDER)
     async def context_render(ls: CompactdServer, p: t.RenderParams) -> t.RenderResult:
         session = app.session(p.session_id)
         params = engine_params(p)
@@ -132,9 +133,9 @@ def register(server: CompactdServer, app: App) -> None:
         else:
             rendered, events = engine.render(session.id, params), []
         app.touch(session)
-        return t.RenderResult(rendered.request, rendered.tokens(), events)
+        return t.RenderResult(rendered.request, rendered.tokens(), [event_json(e) for e in events])
 
-    @rpc(server, m.CONTEXT_MEASURE, t.RenderParams)
+    @rpc(server, m.CONTEXT_MEASURE)
     def context_measure(ls: CompactdServer, p: t.RenderParams) -> t.MeasureResult:
         session = app.session(p.session_id)
         rendered = engine.render(session.id, engine_params(p), remember=False)
@@ -152,35 +153,35 @@ def register(server: CompactdServer, app: App) -> None:
             turns_shown=tokens["turnsShown"],
         )
 
-    @rpc(server, m.CONTEXT_COMPACT, t.CompactParams)
+    @rpc(server, m.CONTEXT_COMPACT)
     async def context_compact(ls: CompactdServer, p: t.CompactParams) -> t.CompactResult:
         session = app.session(p.session_id)
         return await compact(app, session.id, engine_params(p), p.instructions, p.work_done_token)
 
-    @rpc(server, m.CONTEXT_SNIP, t.SnipParams)
+    @rpc(server, m.CONTEXT_SNIP)
     def context_snip(ls: CompactdServer, p: t.SnipParams) -> t.SnipResult:
         session = app.session(p.session_id)
         outcome = engine.snip(session.id, engine_params(p), p.target_tokens)
         for event in outcome.events:
-            if event["applied"]:
+            if event.applied:
                 app.notify_compacted(session.id, event)
-        snip = next((e for e in outcome.events if e["tier"] == "snip"), None)
-        applied = bool(snip and snip["applied"])
+        snip = next((e for e in outcome.events if e.tier == "snip"), None)
+        applied = bool(snip and snip.applied)
         return t.SnipResult(
             applied=applied,
-            removed_turns=snip["details"].get("removedTurns", 0) if applied and snip else 0,
+            removed_turns=snip.details.get("removedTurns", 0) if applied and snip else 0,
             tokens_before=outcome.tokens_before,
             tokens_after=outcome.rendered.total,
-            reason=snip["reason"] if snip else "already under the target",
+            reason=snip.reason if snip else "already under the target",
         )
 
-    @rpc(server, m.CONTEXT_UNCOLLAPSE, t.UncollapseParams)
+    @rpc(server, m.CONTEXT_UNCOLLAPSE)
     def context_uncollapse(ls: CompactdServer, p: t.UncollapseParams) -> t.UncollapseResult:
         session = app.session(p.session_id)
         record_id = engine.uncollapse(session.id, p.collapse_id)
         return t.UncollapseResult(record_id is not None, record_id)
 
-    @rpc(server, m.CONTEXT_REPORT_USAGE, t.ReportUsageParams)
+    @rpc(server, m.CONTEXT_REPORT_USAGE)
     def report_usage(ls: CompactdServer, p: t.ReportUsageParams) -> t.ReportUsageResult:
         session = app.session(p.session_id)
         report = engine.report(
@@ -194,11 +195,11 @@ def register(server: CompactdServer, app: App) -> None:
             report.ratio, report.reported, report.estimated, report.overflow, report.limit
         )
 
-    @rpc(server, m.SESSION_REPLAY, t.ReplayParams)
+    @rpc(server, m.SESSION_REPLAY)
     async def session_replay(ls: CompactdServer, p: t.ReplayParams) -> dict[str, Any]:
         return await replay_transcript(app, p)
 
-    @rpc(server, m.DAEMON_STATUS, t.StatusParams)
+    @rpc(server, m.DAEMON_STATUS)
     def status(ls: CompactdServer, p: t.StatusParams) -> t.StatusResult:
         from .. import __version__
 

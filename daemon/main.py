@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from ..context.store import default_data_dir
+from . import background
 from .app import App, Settings
 from .handlers import register
 from .providers import PROVIDERS
@@ -60,4 +61,4 @@ def serve(args: argparse.Namespace) -> int:
         logging.DEBUG if level == "DEBUG" else logging.CRITICAL
     )
     server, app = build(settings_from(args))
-    return asyncio.run(serve_stdio(server, background=app.background()))
+    return asyncio.run(serve_stdio(server, background=background.start(app)))

@@ -15,7 +15,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 import orjson
@@ -29,10 +29,10 @@ from pygls.protocol.json_rpc import JsonRPCNotification, JsonRPCResponseMessage
 from .. import __version__
 from ..context.errors import CompactdError
 from ..protocol.convert import ParamsError, structure, unstructure
+from ..protocol.types import METHODS
 from .errors import CompactdRpcError, to_rpc_error
 
 log = logging.getLogger("compactd.daemon")
-P = TypeVar("P")
 
 
 class CompactdProtocol(LanguageServerProtocol):
@@ -150,12 +150,15 @@ class CompactdServer(LanguageServer):
 
 
 def rpc(
-    server: CompactdServer, method: str, params_type: type[P]
+    server: CompactdServer, method: str, params_type: type | None = None
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register `fn(ls, params)` (or `fn(ls, params, raw)` when it needs to know which keys
-    were sent) as `method`: params structured from camelCase JSON (bad ones → -32602 naming
-    the field), engine errors → compactd codes, anything else → an internal error without a
-    traceback. `fn` may be sync or async; it returns attrs or JSON."""
+    were sent) as `method`, its params type read from the one method table
+    (`protocol.types.METHODS`, as pygls reads lsprotocol's): params structured from camelCase
+    JSON (bad ones → -32602 naming the field), engine errors → compactd codes, anything else →
+    an internal error without a traceback. `fn` may be sync or async; it returns attrs or JSON.
+    (`params_type` only for a method outside the table, as a test registers.)"""
+    params_type = params_type or METHODS[method][0]
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         wants_raw = len(inspect.signature(fn).parameters) == 3

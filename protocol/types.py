@@ -1,7 +1,8 @@
 """Wire types of every method: attrs classes with snake_case fields, camelCase on the wire.
 
-`METHODS` maps each method to its params and result types; the JSON Schema export
-(`compactd.protocol.schema`) and the daemon's handlers are both driven by it, so they cannot
+`METHODS` maps each method (named once, in `methods.py`) to its params and result types; it is
+the one method table: the JSON Schema export (`compactd.protocol.schema`) and the daemon's
+handlers (which take their params type from it) are both driven by it, so they cannot
 disagree. Free-form parts (messages, blocks, the rendered request) are plain JSON objects.
 """
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import attrs
+
+from . import methods as m
 
 Json = dict[str, Any]
 Format = Literal["anthropic", "openai"]
@@ -381,32 +384,32 @@ class SummarizeResult:
 
 
 METHODS: dict[str, tuple[type, type]] = {
-    "session/open": (OpenParams, OpenResult),
-    "session/list": (ListParams, ListResult),
-    "session/get": (GetParams, dict),
-    "session/append": (AppendParams, AppendResult),
-    "session/toolResult": (ToolResultParams, HeadResult),
-    "session/branch": (BranchParams, BranchResult),
-    "session/checkout": (CheckoutParams, BranchResult),
-    "session/import": (ImportParams, ImportResult),
-    "function/start": (FunctionStartParams, FunctionStartResult),
-    "function/complete": (FunctionCompleteParams, HeadResult),
-    "context/render": (RenderParams, RenderResult),
-    "context/measure": (RenderParams, MeasureResult),
-    "context/compact": (CompactParams, CompactResult),
-    "context/snip": (SnipParams, SnipResult),
-    "context/uncollapse": (UncollapseParams, UncollapseResult),
-    "context/reportUsage": (ReportUsageParams, ReportUsageResult),
-    "daemon/status": (StatusParams, StatusResult),
-    "session/replay": (ReplayParams, dict),
+    m.SESSION_OPEN: (OpenParams, OpenResult),
+    m.SESSION_LIST: (ListParams, ListResult),
+    m.SESSION_GET: (GetParams, dict),
+    m.SESSION_APPEND: (AppendParams, AppendResult),
+    m.SESSION_TOOL_RESULT: (ToolResultParams, HeadResult),
+    m.SESSION_BRANCH: (BranchParams, BranchResult),
+    m.SESSION_CHECKOUT: (CheckoutParams, BranchResult),
+    m.SESSION_IMPORT: (ImportParams, ImportResult),
+    m.FUNCTION_START: (FunctionStartParams, FunctionStartResult),
+    m.FUNCTION_COMPLETE: (FunctionCompleteParams, HeadResult),
+    m.CONTEXT_RENDER: (RenderParams, RenderResult),
+    m.CONTEXT_MEASURE: (RenderParams, MeasureResult),
+    m.CONTEXT_COMPACT: (CompactParams, CompactResult),
+    m.CONTEXT_SNIP: (SnipParams, SnipResult),
+    m.CONTEXT_UNCOLLAPSE: (UncollapseParams, UncollapseResult),
+    m.CONTEXT_REPORT_USAGE: (ReportUsageParams, ReportUsageResult),
+    m.DAEMON_STATUS: (StatusParams, StatusResult),
+    m.SESSION_REPLAY: (ReplayParams, dict),
 }
 
 NOTIFICATIONS: dict[str, type] = {
-    "context/compacted": CompactedNotification,
-    "session/changed": SessionChangedNotification,
-    "session/idle": SessionIdleNotification,
+    m.NOTIFY_COMPACTED: CompactedNotification,
+    m.NOTIFY_SESSION_CHANGED: SessionChangedNotification,
+    m.NOTIFY_SESSION_IDLE: SessionIdleNotification,
 }
 
 SERVER_REQUESTS: dict[str, tuple[type, type]] = {
-    "context/summarize": (SummarizeParams, SummarizeResult),
+    m.REQUEST_SUMMARIZE: (SummarizeParams, SummarizeResult),
 }

@@ -16,16 +16,16 @@ import attrs
 
 from ..errors import PendingToolResults
 from ..graph import Graph, Node, Path
-from ..projection import Projection
-from ..tokens import BLOCK_OVERHEAD, MESSAGE_OVERHEAD, Counter
-from ..tool_aging.policy import (
+from ..policy import (
     CLEARED_PLACEHOLDER,
     HIDDEN_OUTPUT_PLACEHOLDER,
     NO_RESULT_PLACEHOLDER,
     RUNNING_FUNCTION_PLACEHOLDER,
     Policy,
 )
-from ..tool_aging.truncate import shorten_input, truncate_result
+from ..projection import Projection
+from ..tokens import BLOCK_OVERHEAD, MESSAGE_OVERHEAD, Counter
+from ..truncate import shorten_input, truncate_result
 from ..visibility import View
 
 # token categories of the context panel

@@ -14,10 +14,9 @@ import attrs
 from ..budget import Budget, Calibration, make_budget
 from ..errors import InvalidContent
 from ..graph import Graph, Record
-from ..microcompact import CONTEXT_MANAGEMENT_BETA, cache_aware_edit
+from ..policy import Policy
 from ..projection import Projection, project
 from ..tokens import COUNTER, Counter
-from ..tool_aging.policy import Policy
 from ..visibility import View, ViewOptions, resolve_view
 from .anthropic import to_anthropic
 from .conversation import ALL_CATEGORIES, FREE, OUTPUT_RESERVE, Conversation, build_conversation
@@ -49,6 +48,14 @@ class RequestSpec:
 
     def budget(self) -> Budget:
         return make_budget(self.model, self.window, self.max_output_tokens)
+
+
+@attrs.frozen
+class RenderParams:
+    """Everything a render depends on besides the graph."""
+
+    view: ViewOptions = attrs.field(factory=ViewOptions)
+    spec: RequestSpec = attrs.field(factory=RequestSpec)
 
 
 @attrs.define
@@ -129,10 +136,6 @@ def render_request(
         request, tally = to_anthropic(
             conversation, counter, cache=spec.cache, cache_ttl=spec.cache_ttl, **common
         )
-        edit = cache_aware_edit(graph, view.own, policy, spec, budget.limit)
-        if edit is not None:  # Tier 1's cache-aware path: every request carries it alike
-            request["context_management"] = edit
-            request["betas"] = [CONTEXT_MANAGEMENT_BETA]
     else:
         request, tally = to_openai(conversation, counter, **common)
     ratio = calibration.ratio(spec.model) if calibration is not None else 1.0

@@ -18,8 +18,8 @@ from typing import Any
 
 from lsprotocol.types import CancelParams  # pygls types this notification
 
-from ...context import digest
-from ...context.summarize import SummaryFailure, SummaryRequest, SummaryResult
+from ...context.summarizer import digest
+from ...context.summarizer.types import SummaryFailure, SummaryRequest, SummaryResult
 from ...protocol import methods
 from ...protocol.convert import ParamsError, structure, unstructure
 from ...protocol.types import SummarizeParams, SummarizeResult

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 import anthropic
 from anthropic import AsyncAnthropic
-from compactd.context.reactive import parse_overflow
-from compactd.context.summarize import SummaryFailure, SummaryRequest, SummaryResult
+from compactd.context.summarizer.types import SummaryFailure, SummaryRequest, SummaryResult
+from compactd.context.tiers.reactive import parse_overflow
 
 DEFAULT_SUMMARY_MODEL = "claude-haiku-4-5"
 MODEL_ENV = "COMPACTD_SUMMARY_MODEL"

@@ -12,11 +12,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
-from compactd.context.cascade import Outcome, SummaryNeeded, digest_answer, drive
 from compactd.context.engine import Engine, RenderParams
 from compactd.context.graph import Path, Record
 from compactd.context.render.request import Rendered, RequestSpec
-from compactd.context.summarize import SummaryFailure, SummaryResult
+from compactd.context.summarizer.driver import digest_answer, drive
+from compactd.context.summarizer.types import SummaryFailure, SummaryNeeded, SummaryResult
+from compactd.context.tiers.base import Outcome
 from compactd.context.tokens import Counter
 from compactd.context.turns import turns_of
 from compactd.context.visibility import ViewOptions

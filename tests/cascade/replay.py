@@ -19,13 +19,13 @@ from typing import Any
 
 import attrs
 import orjson
-from compactd.context.cascade import digest_answer, drive
 from compactd.context.engine import Engine, RenderParams
 from compactd.context.importers import load_transcript
 from compactd.context.importers.apply import OpApplier, session_meta, steps
 from compactd.context.importers.plan import ImportedSession
 from compactd.context.render.request import Rendered, RequestSpec
 from compactd.context.store import Store
+from compactd.context.summarizer.driver import digest_answer, drive
 from compactd.context.tokens import MESSAGE_OVERHEAD, Counter
 from compactd.context.turns import plan_cuts, turns_of
 from compactd.context.visibility import ViewOptions
@@ -167,12 +167,12 @@ def replay(
             stats.peak = max(stats.peak, rendered.total)
             # every record written has its applied event, and every applied event its record
             new = {r.id for r in session.graph.records if r.id not in known}
-            applied = [e for e in out.events if e["applied"]]
-            assert sorted(new) == sorted(i for e in applied for i in e["recordIds"])
+            applied = [e for e in out.events if e.applied]
+            assert sorted(new) == sorted(i for e in applied for i in e.record_ids)
             for event in applied:
-                assert event["tokensAfter"] <= event["tokensBefore"] or event["tier"] == "reactive"
-                stats.fired[event["tier"]] += 1
-            stats.summaries_per_step.append(sum(1 for e in applied if e["tier"] == "summary"))
+                assert event.tokens_after <= event.tokens_before or event.tier == "reactive"
+                stats.fired[event.tier] += 1
+            stats.summaries_per_step.append(sum(1 for e in applied if e.tier == "summary"))
             # nothing changes silently: a plain render is the cascade's request
             again = engine.render(session.id, p)
             assert orjson.dumps(again.request) == orjson.dumps(rendered.request)

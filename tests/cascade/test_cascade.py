@@ -10,11 +10,11 @@ from typing import Any
 
 import orjson
 import pytest
-from compactd.context.cascade import SummaryNeeded, digest_answer
 from compactd.context.engine import Engine, RenderParams
 from compactd.context.errors import CannotFit
-from compactd.context.summarize import SummaryFailure, SummaryResult
-from compactd.context.tool_aging.policy import CLEARED_PLACEHOLDER
+from compactd.context.policy import CLEARED_PLACEHOLDER
+from compactd.context.summarizer.driver import digest_answer
+from compactd.context.summarizer.types import SummaryFailure, SummaryNeeded, SummaryResult
 
 from tests.cascade.helpers import (
     LIMIT,
@@ -123,17 +123,17 @@ def test_cheapest_first_and_only_while_over(engine: Engine, name: str) -> None:
     recorder = Recorder()
     out = cascade(engine, sid, p, answer=recorder)
     check_wire(out.rendered)
-    applied = [e for e in out.events if e["applied"]]
-    assert [e["tier"] for e in applied] == tiers
+    applied = [e for e in out.events if e.applied]
+    assert [e.tier for e in applied] == tiers
     assert out.rendered.total <= THRESHOLD
     # each tier starts where the previous left off, and only because that was still over
-    assert applied[0]["tokensBefore"] == before.total
+    assert applied[0].tokens_before == before.total
     for prev, nxt in itertools.pairwise(applied):
-        assert prev["tokensAfter"] == nxt["tokensBefore"] > THRESHOLD
-        assert ORDER.index(prev["tier"]) < ORDER.index(nxt["tier"])
+        assert prev.tokens_after == nxt.tokens_before > THRESHOLD
+        assert ORDER.index(prev.tier) < ORDER.index(nxt.tier)
     for event in applied:
-        assert event["tokensAfter"] < event["tokensBefore"]
-    assert applied[-1]["tokensAfter"] == out.rendered.total
+        assert event.tokens_after < event.tokens_before
+    assert applied[-1].tokens_after == out.rendered.total
     assert (len(recorder.needs) > 0) == ("summary" in tiers)
     check_no_split_turn(engine, sid, out.rendered.request)
 
@@ -146,14 +146,14 @@ def test_every_change_has_its_record_and_event_and_nothing_changes_silently(
     p = params()
     out = cascade(engine, sid, p)
     written = records(engine, sid)
-    applied = [e for e in out.events if e["applied"]]
-    assert sorted(r.id for r in written) == sorted(i for e in applied for i in e["recordIds"])
+    applied = [e for e in out.events if e.applied]
+    assert sorted(r.id for r in written) == sorted(i for e in applied for i in e.record_ids)
     assert out.record_ids == [r.id for r in written]
     for event in applied:
-        (rid,) = event["recordIds"]
-        assert record_by_id(engine, sid, rid).kind == RECORD_OF[event["tier"]]
-        assert isinstance(event["reason"], str) and event["reason"]
-        assert {"tokensBefore", "tokensAfter", "details"} <= set(event)
+        (rid,) = event.record_ids
+        assert record_by_id(engine, sid, rid).kind == RECORD_OF[event.tier]
+        assert isinstance(event.reason, str) and event.reason
+        assert isinstance(event.details, dict) and event.tokens_before >= 0
     # a render after the cascade is the cascade's request, byte for byte
     again = engine.render(sid, p)
     assert orjson.dumps(again.request) == orjson.dumps(out.rendered.request)
@@ -161,7 +161,7 @@ def test_every_change_has_its_record_and_event_and_nothing_changes_silently(
     # and a second cascade has nothing left to do
     log = log_bytes(engine, sid)
     second = cascade(engine, sid, p, answer=lambda need: pytest.fail("asked again"))
-    assert not any(e["applied"] for e in second.events)
+    assert not any(e.applied for e in second.events)
     assert orjson.dumps(second.rendered.request) == orjson.dumps(out.rendered.request)
     assert log_bytes(engine, sid) == log
 
@@ -174,7 +174,7 @@ def test_cannot_fit_writes_nothing_though_tiers_had_acted(engine: Engine) -> Non
     with pytest.raises(CannotFit) as caught:
         cascade(engine, sid, params(), answer=recorder)
     assert len(recorder.needs) >= 1  # the summary was generated, then found not to be enough
-    tiers = {e["tier"] for e in caught.value.data["events"] if e["applied"]}
+    tiers = {e.tier for e in caught.value.data["events"] if e.applied}
     assert "summary" in tiers  # (the snip this run drafted was withdrawn for the summary)
     assert caught.value.data["limit"] == LIMIT
     assert log_bytes(engine, sid) == log
@@ -204,9 +204,9 @@ def test_a_failing_provider_is_asked_a_bounded_number_of_times(engine: Engine, k
         assert len(sizes) >= 2 and sizes[1] < sizes[0]  # retried, with a smaller prompt
     else:
         assert len(sizes) == 1  # nothing to retry with
-    failed = [e for e in events if e["tier"] == "summary"]
-    assert len(failed) == 1 and not failed[0]["applied"]
-    assert "nothing was written" in failed[0]["reason"]
+    failed = [e for e in events if e.tier == "summary"]
+    assert len(failed) == 1 and not failed[0].applied
+    assert "nothing was written" in failed[0].reason
     assert records(engine, sid, "summary") == []
 
 
@@ -215,8 +215,8 @@ def test_a_summary_without_gain_is_tried_once(engine: Engine) -> None:
     recorder = Recorder(lambda need: SummaryResult(text=filler("long", 9000), model="m"))
     events = events_of(engine, sid, recorder)
     assert len(recorder.needs) == 1
-    (note,) = [e for e in events if e["tier"] == "summary"]
-    assert not note["applied"] and note["reason"].startswith("no gain")
+    (note,) = [e for e in events if e.tier == "summary"]
+    assert not note.applied and note.reason.startswith("no gain")
     assert records(engine, sid, "summary") == []
 
 
@@ -258,14 +258,14 @@ def test_appending_keeps_the_previous_request_a_byte_prefix(engine: Engine) -> N
         if k % 10 == 9:
             engine.append(sid, messages=[assistant(f"checkpoint {k}"), user(f"continue {k}")])
         out = cascade(engine, sid, p)
-        applied = [e for e in out.events if e["applied"]]
+        applied = [e for e in out.events if e.applied]
         current = out.rendered.request
         if not applied:
             appends += 1
             assert stripped_messages(current).startswith(stripped_messages(previous)), k
         else:
             clears += 1
-            assert [e["tier"] for e in applied] == ["microcompact"]
+            assert [e.tier for e in applied] == ["microcompact"]
             cleared = [
                 u
                 for u, b in result_blocks(current).items()

@@ -4,8 +4,8 @@ under its blocking limit. (The daemon-level behaviour is in tests/summary/test_c
 
 from __future__ import annotations
 
-from compactd.context.collapse import segments
 from compactd.context.engine import Engine
+from compactd.context.tiers.collapse import segments
 from compactd.context.turns import Turn
 
 from tests.cascade.helpers import (
@@ -56,7 +56,7 @@ def test_with_snip_on_collapse_has_nothing_to_do(engine: Engine) -> None:
     sid = talk(engine, {}, 22)
     recorder = Recorder()
     out = cascade(engine, sid, params(), answer=recorder)
-    assert [e["tier"] for e in out.events if e["applied"]] == ["snip"]
+    assert [e.tier for e in out.events if e.applied] == ["snip"]
     assert recorder.needs == []
     assert records(engine, sid, "collapse") == []
 
@@ -84,13 +84,13 @@ def test_when_collapse_cannot_hold_the_blocking_limit_auto_compact_goes_ahead(
     )
     recorder = Recorder()
     out = cascade(engine, sid, params(), answer=recorder)
-    tiers = [e["tier"] for e in out.events if e["applied"]]
+    tiers = [e.tier for e in out.events if e.applied]
     assert tiers == ["collapse", "summary"]
     assert [n.tier for n in recorder.needs] == ["collapse", "rolling"]
     (collapse,) = records(engine, sid, "collapse")
     assert len(collapse.data["turns"]) == 7
-    collapse_event = next(e for e in out.events if e["tier"] == "collapse")
-    assert collapse_event["tokensAfter"] > 0.95 * out.rendered.budget.limit
+    collapse_event = next(e for e in out.events if e.tier == "collapse")
+    assert collapse_event.tokens_after > 0.95 * out.rendered.budget.limit
     assert out.rendered.total <= 0.85 * out.rendered.budget.limit
     # the summary did not split the collapsed segment: it took the task turn before it
     (summary,) = records(engine, sid, "summary")
@@ -102,7 +102,7 @@ def test_without_a_provider_the_llm_tiers_say_so(engine: Engine) -> None:
     for t in range(14):
         engine.append(sid, messages=exchange(f"t{t:02d}", [], ask=filler(f"a{t}", 420)))
     out = cascade(engine, sid, params(window=34_700))  # between 85 % and the limit
-    notes = {e["tier"]: e["reason"] for e in out.events if not e["applied"]}
+    notes = {e.tier: e.reason for e in out.events if not e.applied}
     assert "collapse" not in notes  # nothing to say beyond the summary's note
     assert notes["summary"].startswith("no summary provider is configured")
     assert records(engine, sid) == []

@@ -11,9 +11,9 @@ import anthropic
 import orjson
 import pytest
 from compactd.context.engine import Engine
-from compactd.context.microcompact import CLEAR_EDIT, CONTEXT_MANAGEMENT_BETA
+from compactd.context.policy import CLEARED_PLACEHOLDER
 from compactd.context.store import Store
-from compactd.context.tool_aging.policy import CLEARED_PLACEHOLDER
+from compactd.context.tiers.microcompact import CLEAR_EDIT, CONTEXT_MANAGEMENT_BETA
 
 from tests.cascade.helpers import (
     MODEL,
@@ -83,22 +83,22 @@ def test_count_trigger_fires_at_50_then_every_25_keeping_the_5_newest(engine: En
         add_call(engine, sid, k)
         out = cascade(engine, sid, p)
         check_wire(out.rendered)
-        applied = [e for e in out.events if e["applied"]]
+        applied = [e for e in out.events if e.applied]
         if applied:
-            assert [e["tier"] for e in applied] == ["microcompact"]
+            assert [e.tier for e in applied] == ["microcompact"]
             fired[k] = applied[0]
         # everything cleared so far shows the placeholder; the rest is verbatim
         last = max((n for n in fired if n <= k), default=0)
         assert placeholders(out.rendered.request) == (expected_cleared(last) if last else set())
     assert sorted(fired) == [50, 75]
     for k, event in fired.items():
-        rec = record_by_id(engine, sid, event["recordIds"][0])
+        rec = record_by_id(engine, sid, event.record_ids[0])
         assert rec.kind == "clear"
         assert (rec.data["mode"], rec.data["trigger"], rec.data["atCalls"]) == ("time", "count", k)
         assert rec.data["results"] == rec.covers  # short inputs: no input was shortened
         assert rec.data["inputs"] == []
-        assert event["details"]["trigger"] == "count"
-        assert event["tokensAfter"] < event["tokensBefore"]
+        assert event.details["trigger"] == "count"
+        assert event.tokens_after < event.tokens_before
     first, second = records(engine, sid, "clear")
     assert covered_use_ids(engine, sid, first) == expected_cleared(50)
     assert covered_use_ids(engine, sid, second) == expected_cleared(75) - expected_cleared(50)
@@ -130,17 +130,17 @@ def test_count_trigger_defers_while_warm_then_clears_with_the_forced_change(
     before = engine.render(sid, params(BIG)).request
     out = cascade(engine, sid, params(BIG))
     (event,) = out.events
-    assert event["tier"] == "microcompact" and not event["applied"]
-    assert event["reason"].startswith("deferred")
+    assert event.tier == "microcompact" and not event.applied
+    assert event.reason.startswith("deferred")
     assert records(engine, sid, "clear") == []
     assert messages_bytes(out.rendered.request) == messages_bytes(before)
     # the same session rendered for a window it does not fit: the deferred clear is applied now
     small = params(window=20_000)  # limit 15,000, threshold 12,750
     assert engine.render(sid, small).total > 12_750
     out = cascade(engine, sid, small)
-    applied = [e for e in out.events if e["applied"]]
-    assert [e["tier"] for e in applied] == ["microcompact"]
-    assert applied[0]["details"]["trigger"] == "count"
+    applied = [e for e in out.events if e.applied]
+    assert [e.tier for e in applied] == ["microcompact"]
+    assert applied[0].details["trigger"] == "count"
     assert placeholders(out.rendered.request) == expected_cleared(55)
     assert out.rendered.total <= 12_750
 
@@ -161,20 +161,20 @@ def test_economic_mode_clears_while_warm_when_the_savings_pay_for_the_rewrite(
     sid = sized_session(engine, [600] * 40 + [30] * 10)  # big old results, a small tail
     out = cascade(engine, sid, params(BIG))
     assert out.rendered.total < 0.85 * 180_000
-    (event,) = [e for e in out.events if e["applied"]]
-    assert event["tier"] == "microcompact" and event["details"]["trigger"] == "count"
-    saved = event["tokensBefore"] - event["tokensAfter"]
-    rewritten_at_most = event["tokensAfter"]  # what follows the first cleared result
+    (event,) = [e for e in out.events if e.applied]
+    assert event.tier == "microcompact" and event.details["trigger"] == "count"
+    saved = event.tokens_before - event.tokens_after
+    rewritten_at_most = event.tokens_after  # what follows the first cleared result
     assert 0.1 * saved * 25 > 1.25 * rewritten_at_most
-    assert engine.render(sid, params(BIG)).total == event["tokensAfter"]
+    assert engine.render(sid, params(BIG)).total == event.tokens_after
 
 
 def test_economic_mode_defers_when_the_rewrite_costs_more(engine: Engine) -> None:
     sid = sized_session(engine, [30] * 45 + [600] * 5)  # small old results, big kept ones
     out = cascade(engine, sid, params(BIG))
     (event,) = out.events
-    assert not event["applied"] and event["reason"].startswith("deferred")
-    found = re.search(r"save ([\d,]+) tokens per request but re-write ([\d,]+)", event["reason"])
+    assert not event.applied and event.reason.startswith("deferred")
+    found = re.search(r"save ([\d,]+) tokens per request but re-write ([\d,]+)", event.reason)
     assert found is not None
     saved, rewritten = (int(g.replace(",", "")) for g in found.groups())
     assert saved > 0 and 0.1 * saved * 25 <= 1.25 * rewritten
@@ -204,11 +204,11 @@ def test_over_threshold_forces_a_clear_before_any_turn_goes(engine: Engine) -> N
     before = engine.render(sid, p)
     assert before.total > THRESHOLD
     out = cascade(engine, sid, p)
-    assert [e["tier"] for e in out.events if e["applied"]] == ["microcompact"]
+    assert [e.tier for e in out.events if e.applied] == ["microcompact"]
     event = out.events[0]
-    assert event["details"]["trigger"] == "forced"
-    assert event["tokensBefore"] == before.total
-    assert event["tokensAfter"] == out.rendered.total < THRESHOLD
+    assert event.details["trigger"] == "forced"
+    assert event.tokens_before == before.total
+    assert event.tokens_after == out.rendered.total < THRESHOLD
     cleared = placeholders(out.rendered.request)
     reads = [f"toolu_{k:03d}" for k in range(20) if k % 4 != 1]
     greps = [f"toolu_{k:03d}" for k in range(20) if k % 4 == 1]
@@ -222,7 +222,7 @@ def test_over_threshold_forces_a_clear_before_any_turn_goes(engine: Engine) -> N
 def test_forcing_can_be_switched_off(engine: Engine) -> None:
     sid = over_threshold_session(engine, {"microcompactWhenOver": False})
     out = cascade(engine, sid, params())
-    assert not any(e["applied"] for e in out.events)
+    assert not any(e.applied for e in out.events)
     assert records(engine, sid, "clear") == []
     assert placeholders(out.rendered.request) == set()
 
@@ -244,7 +244,7 @@ def test_a_clear_never_grows_the_request(engine: Engine) -> None:
     p = params()
     assert engine.render(sid, p).total > THRESHOLD
     out = cascade(engine, sid, p)
-    assert not [e for e in out.events if e["tier"] == "microcompact" and e["applied"]]
+    assert not [e for e in out.events if e.tier == "microcompact" and e.applied]
     assert records(engine, sid, "clear") == []
 
 
@@ -282,11 +282,11 @@ def test_idle_clears_old_results_once_per_idle_period(store: Store) -> None:
     assert len(cleared) == 1 and cleared[0].data["trigger"] == "idle"
     assert outcome.cleared == len(cleared[0].covers) == 8 - 5
     (event,) = outcome.events
-    assert event["tier"] == "microcompact" and event["applied"]
-    assert event["recordIds"] == [cleared[0].id]
-    assert event["tokensBefore"] == before.total > event["tokensAfter"]
+    assert event.tier == "microcompact" and event.applied
+    assert event.record_ids == [cleared[0].id]
+    assert event.tokens_before == before.total > event.tokens_after
     after = engine.render(sid, params(BIG))
-    assert after.total == event["tokensAfter"]
+    assert after.total == event.tokens_after
     assert placeholders(after.request) == covered_use_ids(engine, sid, cleared[0])
     assert placeholders(after.request) == {"toolu_001", "toolu_002", "toolu_003"}
     # the period is done: no second pass however long the session stays idle
@@ -371,7 +371,7 @@ def test_cache_aware_mode_sends_a_context_edit_and_keeps_messages_identical(
     assert request["system"] == plain.request["system"]
     assert request["tools"] == plain.request["tools"]
     assert records(engine, sid, "clear") == []
-    assert not any(e["applied"] for e in out.events)
+    assert not any(e.applied for e in out.events)
     check_wire(out.rendered)
 
     # the real SDK accepts the body as it is; the fake checks pairing and the beta header

@@ -5,11 +5,10 @@ and a second overflow in the same turn is a clean "cannot fit", never a loop."""
 from __future__ import annotations
 
 import pytest
-from compactd.context.cascade import SummaryNeeded
 from compactd.context.engine import Engine
 from compactd.context.errors import CannotFit
-from compactd.context.reactive import parse_overflow
-from compactd.context.summarize import SummaryFailure, SummaryResult
+from compactd.context.summarizer.types import SummaryFailure, SummaryNeeded, SummaryResult
+from compactd.context.tiers.reactive import parse_overflow
 
 from tests.cascade.helpers import (
     assistant,
@@ -54,26 +53,26 @@ def test_overflow_recalibrates_and_fits_under_the_providers_limit(engine: Engine
     out = cascade(engine, sid, p, answer=never, overflow=overflow)
     check_wire(out.rendered)
     reactive = out.events[0]
-    assert reactive["tier"] == "reactive" and reactive["applied"]
+    assert reactive.tier == "reactive" and reactive.applied
     target = int(min(200_000, 180_000) * (1 - 0.05))
-    assert reactive["details"]["target"] == target
+    assert reactive.details["target"] == target
     assert out.rendered.ratio == pytest.approx(210_345 / before.estimate, abs=1e-4)
     assert out.rendered.total <= target
     assert out.rendered.estimate < out.rendered.total  # the total counts as the provider does
-    assert [e["tier"] for e in out.events if e["applied"]] == ["reactive", "snip"]
+    assert [e.tier for e in out.events if e.applied] == ["reactive", "snip"]
     # the snip counted in the provider's tokens: it removed just enough, not a third more
     snip = out.events[1]
     costs: dict[int, int] = {}
     for msg in before.conversation.messages:
         costs[msg.turn] = costs.get(msg.turn, 0) + msg.tokens
-    last_removed = snip["details"]["removedTurns"]  # turns 1..n went (turn 0 is the task)
+    last_removed = snip.details["removedTurns"]  # turns 1..n went (turn 0 is the task)
     one_fewer = out.rendered.total + round(costs[last_removed] * out.rendered.ratio)
     assert out.rendered.total <= 153_000 < one_fewer
     check_no_split_turn(engine, sid, out.rendered.request)
     assert "now write the migration" in texts(out.rendered.request)
 
     (rec,) = records(engine, sid, "reactive")
-    assert reactive["recordIds"] == [rec.id]
+    assert reactive.record_ids == [rec.id]
     assert rec.data["reported"] == 210_345 and rec.data["limit"] == 200_000
     assert rec.data["estimated"] == before.estimate
     # the provider's count survives a reload: a fresh engine estimates exactly the same
@@ -103,7 +102,7 @@ def test_a_second_overflow_in_the_same_turn_cannot_fit_without_looping(engine: E
     # a new turn may overflow (and recover) once again
     engine.append(sid, messages=[assistant("migration written"), user("and the rollback")])
     out = cascade(engine, sid, p, answer=never, overflow=parse_overflow(400, MESSAGE))
-    assert out.events[0]["tier"] == "reactive" and out.events[0]["applied"]
+    assert out.events[0].tier == "reactive" and out.events[0].applied
     assert len(records(engine, sid, "reactive")) == 2
 
 
@@ -114,7 +113,7 @@ def test_http_413_names_no_numbers_so_the_request_shrinks_by_a_fifth(engine: Eng
     overflow = parse_overflow(413, "Request exceeds the maximum allowed number of bytes.")
     assert overflow is not None and overflow.prompt_tokens is None
     out = cascade(engine, sid, p, answer=never, overflow=overflow)
-    assert out.events[0]["details"]["target"] == int(before * 0.8 * 0.95)
+    assert out.events[0].details["target"] == int(before * 0.8 * 0.95)
     assert out.rendered.total <= before * 0.8 * 0.95
     assert out.rendered.ratio == 1.0  # nothing to calibrate from
 

@@ -10,7 +10,7 @@ import orjson
 import pytest
 from compactd.context.engine import Engine
 from compactd.context.errors import CannotFit
-from compactd.context.tool_aging.policy import RUNNING_FUNCTION_PLACEHOLDER
+from compactd.context.policy import RUNNING_FUNCTION_PLACEHOLDER
 from compactd.protocol.errors import code_for
 
 from tests.cascade.helpers import (
@@ -96,17 +96,17 @@ def test_snip_removes_the_oldest_whole_turns_just_enough(engine: Engine) -> None
         costs[msg.turn] = costs.get(msg.turn, 0) + msg.tokens
     out = cascade(engine, sid, p, answer=lambda need: pytest.fail("no summary is needed"))
     check_wire(out.rendered)
-    applied = [e for e in out.events if e["applied"]]
-    assert [e["tier"] for e in applied] == ["snip"]
+    applied = [e for e in out.events if e.applied]
+    assert [e.tier for e in applied] == ["snip"]
     event = applied[0]
-    assert event["tokensBefore"] == before.total
-    assert event["tokensAfter"] == out.rendered.total <= THRESHOLD
+    assert event.tokens_before == before.total
+    assert event.tokens_after == out.rendered.total <= THRESHOLD
 
     (snip,) = records(engine, sid, "snip")
-    assert event["recordIds"] == [snip.id]
+    assert event.record_ids == [snip.id]
     shown = check_no_split_turn(engine, sid, out.rendered.request)
     removed = [i for i, on in enumerate(shown) if not on]
-    n = event["details"]["removedTurns"]
+    n = event.details["removedTurns"]
     assert removed == list(range(1, 1 + n))  # oldest first, after the protected task turn
     assert len(snip.data["turns"]) == n
     # just enough: one turn fewer would still have been over the threshold
@@ -195,7 +195,7 @@ def test_the_first_turn_can_be_given_up(engine: Engine) -> None:
     shown = check_no_split_turn(engine, sid, out.rendered.request)
     assert not shown[0]
     assert "the task: port the parser" not in texts(out.rendered.request)
-    n = next(e for e in out.events if e["applied"])["details"]["removedTurns"]
+    n = next(e for e in out.events if e.applied).details["removedTurns"]
     assert [i for i, on in enumerate(shown) if not on] == list(range(n))
 
 
@@ -205,8 +205,8 @@ def test_snip_can_be_disabled(engine: Engine) -> None:
         events = cascade(engine, sid, params()).events
     except CannotFit as cannot:
         events = cannot.data["events"]
-    (note,) = [e for e in events if e["tier"] == "snip"]
-    assert not note["applied"] and note["reason"] == "snip is disabled for this session"
+    (note,) = [e for e in events if e.tier == "snip"]
+    assert not note.applied and note.reason == "snip is disabled for this session"
     assert records(engine, sid, "snip") == []
 
 
@@ -218,11 +218,11 @@ def test_snip_on_demand_to_a_target(engine: Engine) -> None:
     target = before.total - 5_000
     outcome = engine.snip(sid, p, target)
     (event,) = outcome.events
-    assert event["tier"] == "snip" and event["applied"]
-    assert outcome.tokens_before == event["tokensBefore"] == before.total
-    assert event["tokensAfter"] == outcome.rendered.total <= target
-    assert event["details"]["removedTurns"] >= 2
-    assert event["recordIds"] == [r.id for r in records(engine, sid, "snip")]
+    assert event.tier == "snip" and event.applied
+    assert outcome.tokens_before == event.tokens_before == before.total
+    assert event.tokens_after == outcome.rendered.total <= target
+    assert event.details["removedTurns"] >= 2
+    assert event.record_ids == [r.id for r in records(engine, sid, "snip")]
     assert engine.render(sid, p).total == outcome.rendered.total
     check_no_split_turn(engine, sid, outcome.rendered.request)
 
@@ -230,8 +230,8 @@ def test_snip_on_demand_to_a_target(engine: Engine) -> None:
     log = log_bytes(engine, sid)
     again = engine.snip(sid, p, outcome.rendered.total + 1)
     (note,) = again.events
-    assert not note["applied"]
-    assert "already under the target" in note["reason"]
+    assert not note.applied
+    assert "already under the target" in note.reason
     assert log_bytes(engine, sid) == log
 
 
@@ -239,7 +239,7 @@ def test_snip_on_demand_stops_at_the_protected_turns(engine: Engine) -> None:
     sid = build(engine, middle=3)
     outcome = engine.snip(sid, params(), 1)
     (event,) = outcome.events
-    assert event["applied"] and event["details"]["removedTurns"] == 3
+    assert event.applied and event.details["removedTurns"] == 3
     shown = check_no_split_turn(engine, sid, outcome.rendered.request)
     assert shown == [True, False, False, False, True, True]
 
@@ -256,7 +256,7 @@ def test_a_snip_that_would_grow_the_request_is_not_applied(engine: Engine) -> No
     assert before.total > THRESHOLD
     log = log_bytes(engine, sid)
     out = cascade(engine, sid, p)
-    (note,) = [e for e in out.events if e["tier"] == "snip"]
-    assert not note["applied"] and note["reason"].startswith("no gain")
+    (note,) = [e for e in out.events if e.tier == "snip"]
+    assert not note.applied and note.reason.startswith("no gain")
     assert out.rendered.total == before.total
     assert log_bytes(engine, sid) == log

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 import pytest
 from compactd.clients.client import CompactdClient
-from compactd.context.tool_aging.policy import CLEARED_PLACEHOLDER
+from compactd.context.policy import CLEARED_PLACEHOLDER
 
 from .conftest import running
 from .convo import texts, tool_turns

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from compactd.clients.client import CompactdClient, RpcError
-from compactd.context.tool_aging.policy import CLEARED_PLACEHOLDER, RUNNING_FUNCTION_PLACEHOLDER
+from compactd.context.policy import CLEARED_PLACEHOLDER, RUNNING_FUNCTION_PLACEHOLDER
 from compactd.protocol import types as t
 
 from tests.support.invariants import check_anthropic_pairing, check_openai_pairing

@@ -21,10 +21,10 @@ import orjson
 from compactd.context.engine import Engine
 from compactd.context.errors import PendingToolResults
 from compactd.context.graph import Graph, Node
+from compactd.context.policy import RUNNING_FUNCTION_PLACEHOLDER, policy_from_config
 from compactd.context.render.request import Rendered, RequestSpec, render_request
 from compactd.context.store import Store
 from compactd.context.tokens import Counter
-from compactd.context.tool_aging.policy import RUNNING_FUNCTION_PLACEHOLDER, policy_from_config
 from compactd.context.turns import Turn, plan_cuts, turn_node_ids, turns_of
 from compactd.context.visibility import ViewOptions
 from hypothesis import HealthCheck, given, settings

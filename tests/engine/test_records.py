@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from compactd.context.engine import Engine
+from compactd.context.policy import CLEARED_PLACEHOLDER, RUNNING_FUNCTION_PLACEHOLDER
 from compactd.context.projection import protected_starts
-from compactd.context.tool_aging.policy import CLEARED_PLACEHOLDER, RUNNING_FUNCTION_PLACEHOLDER
 from compactd.context.turns import turn_node_ids, turns_of
 
 from tests.engine.helpers import (

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from compactd.context.engine import Engine
 from compactd.context.errors import PendingToolResults
-from compactd.context.tool_aging.policy import NO_RESULT_PLACEHOLDER
-from compactd.context.tool_aging.truncate import middle_truncate
+from compactd.context.policy import NO_RESULT_PLACEHOLDER
+from compactd.context.truncate import middle_truncate
 
 from tests.engine.helpers import (
     FORMATS,

@@ -21,17 +21,17 @@ from compactd.context.graph import Graph
 from compactd.context.importers import load_transcript
 from compactd.context.importers.apply import OpApplier, abandon_open_calls, import_session
 from compactd.context.importers.plan import FunctionEnd, ImportedSession, ModelCall
-from compactd.context.projection import ABANDON
-from compactd.context.render.request import Rendered
-from compactd.context.store import Store
-from compactd.context.tool_aging.policy import (
+from compactd.context.policy import (
     MAX_TOOL_RESULT_CHARS,
     NO_RESULT_PLACEHOLDER,
     RUNNING_FUNCTION_PLACEHOLDER,
     TRUNCATE_HEAD_CHARS,
     TRUNCATE_TAIL_CHARS,
 )
-from compactd.context.tool_aging.truncate import truncate_result
+from compactd.context.projection import ABANDON
+from compactd.context.render.request import Rendered
+from compactd.context.store import Store
+from compactd.context.truncate import truncate_result
 
 from tests.engine.helpers import (
     FORMATS,

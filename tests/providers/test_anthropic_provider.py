@@ -18,7 +18,7 @@ from typing import Any
 
 import anthropic
 import pytest
-from compactd.context.summarize import SummaryFailure, SummaryRequest
+from compactd.context.summarizer.types import SummaryFailure, SummaryRequest
 from compactd.daemon.providers.anthropic_provider import (
     DEFAULT_SUMMARY_MODEL,
     MODEL_ENV,

@@ -12,11 +12,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from compactd.context.cascade import digest_answer, drive
 from compactd.context.engine import Engine
 from compactd.context.importers import load_transcript
 from compactd.context.replay import ReplayOptions, ReplayReport, replay
 from compactd.context.store import Store
+from compactd.context.summarizer.driver import digest_answer, drive
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "transcripts"
 CLAUDE = sorted((DATA / "claude-code").glob("*.jsonl"))

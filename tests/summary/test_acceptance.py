@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 from compactd.clients.client import CompactdClient, RpcError
-from compactd.context.cascade import drive
 from compactd.context.engine import Engine, RenderParams
 from compactd.context.render.request import RequestSpec
 from compactd.context.store import Store
-from compactd.context.summarize import SummaryResult
+from compactd.context.summarizer.driver import drive
+from compactd.context.summarizer.types import SummaryResult
 from compactd.protocol.errors import CODE_BY_KIND, REQUEST_CANCELLED
 
 from tests.cascade.helpers import user
@@ -166,8 +166,8 @@ def probe_equal_text(data_dir: Path, sid: str) -> str:
                 engine.cascade(sid, p, manual=True),
                 lambda need: SummaryResult(text=text, model="probe"),
             )
-            (event,) = [e for e in out.events if e["tier"] == "summary"]
-            return event["applied"], (event["tokensAfter"] if event["applied"] else before)
+            (event,) = [e for e in out.events if e.tier == "summary"]
+            return event.applied, (event.tokens_after if event.applied else before)
 
     applied, after_short = trial("S")
     assert applied

@@ -15,12 +15,12 @@ from typing import Any
 
 import orjson
 import pytest
-from compactd.context.cascade import drive
 from compactd.context.engine import Engine, RenderParams
 from compactd.context.importers.apply import OpApplier, session_meta, steps
 from compactd.context.importers.plan import Note
 from compactd.context.render.request import RequestSpec
 from compactd.context.store import Store
+from compactd.context.summarizer.driver import drive
 from compactd.context.visibility import ViewOptions
 
 from tests.cascade.helpers import Recorder, blocks, texts
@@ -141,8 +141,8 @@ def test_our_summary_input_carries_every_request_and_result_that_call_received(
 ) -> None:
     requests, results, _ = received()
     prompt, final, events = compacted
-    (summary,) = [e for e in events if e["tier"] == "summary"]
-    assert summary["applied"]
+    (summary,) = [e for e in events if e.tier == "summary"]
+    assert summary.applied
     final_texts = texts(final)
     final_results = {b["tool_use_id"]: b for b in blocks(final) if b.get("type") == "tool_result"}
 

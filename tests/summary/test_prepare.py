@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 from compactd.clients.client import CompactdClient
-from compactd.context.cascade import digest_answer
 from compactd.context.engine import Engine
 from compactd.context.store import Store
+from compactd.context.summarizer.driver import digest_answer
 
 from tests.cascade.helpers import Recorder, cascade, params
 from tests.cascade.helpers import open_session as open_engine_session
@@ -112,8 +112,8 @@ def test_engine_prepare_then_cascade_reuses_it(store: Store) -> None:
     foreground = Recorder()
     out = cascade(engine, sid, p, answer=foreground, manual=True)
     assert foreground.needs == []
-    (event,) = [e for e in out.events if e["applied"]]
-    assert event["details"]["reused"] is True and event["details"]["calls"] == 0
+    (event,) = [e for e in out.events if e.applied]
+    assert event.details["reused"] is True and event.details["calls"] == 0
     (summary,) = engine.session(sid).graph.records
     assert summary.kind == "summary"
     assert summary.data["text"] == digest_answer(background.needs[0]).text

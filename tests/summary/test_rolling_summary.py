@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from compactd.context.cascade import SessionChanged, SummaryNeeded, digest_answer
 from compactd.context.engine import Engine
-from compactd.context.summarize import SummaryFailure, SummaryResult
+from compactd.context.errors import HeadConflict
+from compactd.context.summarizer.driver import digest_answer
+from compactd.context.summarizer.types import SummaryFailure, SummaryNeeded, SummaryResult
 from compactd.daemon.providers.anthropic_provider import AnthropicSummaryProvider
 
 from tests.cascade.helpers import (
@@ -96,7 +97,7 @@ def test_short_history_under_the_threshold_is_left_alone(
     recorder, out = manual(engine, sid)
     assert recorder.needs == []
     (event,) = out.events
-    assert not event["applied"] and event["reason"].startswith("short history")
+    assert not event.applied and event.reason.startswith("short history")
     assert log_bytes(engine, sid) == log
 
 
@@ -213,7 +214,7 @@ def test_snipped_turns_in_the_range_bring_their_requests(digest_engine: Engine) 
     sid = open_session(engine)
     engine.append(sid, messages=[m for k in range(6) for m in turn(f"n{k}")])
     snip = engine.snip(sid, params(), 1)
-    assert snip.events[0]["details"]["removedTurns"] == 4  # n1..n4: n0 and n5 are protected
+    assert snip.events[0].details["removedTurns"] == 4  # n1..n4: n0 and n5 are protected
     recorder, out = manual(engine, sid)
     (need,) = recorder.needs
     prompt = need.request.prompt
@@ -259,7 +260,7 @@ def test_a_session_change_during_generation_writes_nothing(digest_engine: Engine
     engine.append(sid, messages=[user("meanwhile, another request")])
     appended = log_bytes(engine, sid)
     assert appended != log
-    with pytest.raises(SessionChanged):
+    with pytest.raises(HeadConflict):
         gen.send(digest_answer(need))
     assert log_bytes(engine, sid) == appended
     assert records(engine, sid, "summary") == []
@@ -278,7 +279,7 @@ def test_bookkeeping_during_generation_does_not_undo_the_summary(
     engine.session(sid).touch()
     with pytest.raises(StopIteration) as stop:
         gen.send(digest_answer(need))
-    assert [e["applied"] for e in stop.value.value.events] == [True]
+    assert [e.applied for e in stop.value.value.events] == [True]
     assert [r.kind for r in engine.session(sid).graph.records] == ["usage", "summary"]
 
 
@@ -291,7 +292,7 @@ def test_a_checkout_during_generation_writes_nothing(digest_engine: Engine) -> N
     gen = engine.cascade(sid, params(), manual=True)
     need = next(gen)
     session.checkout("other")
-    with pytest.raises(SessionChanged):
+    with pytest.raises(HeadConflict):
         gen.send(digest_answer(need))
     assert records(engine, sid, "summary") == []
 
@@ -315,7 +316,7 @@ def test_a_failed_generation_writes_nothing_and_substitutes_nothing(
     before = engine.render(sid, params()).request
     _, out = manual(engine, sid, lambda need: answer)
     (event,) = out.events
-    assert not event["applied"] and "nothing was written" in event["reason"]
+    assert not event.applied and "nothing was written" in event.reason
     assert log_bytes(engine, sid) == log
     assert out.rendered.request == before  # no structural stand-in either
 
@@ -352,6 +353,6 @@ async def test_a_stall_past_the_providers_timeout_writes_nothing(
     with pytest.raises(StopIteration) as stop:
         gen.send(answer)
     (event,) = stop.value.value.events
-    assert not event["applied"] and "timeout" in event["reason"]
+    assert not event.applied and "timeout" in event.reason
     assert log_bytes(engine, sid) == log
     assert len(fake.messages_requests()) == 1

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .summarize import SummaryFailure, SummaryRequest, SummaryResult
-from .tool_aging.truncate import middle_truncate
+from ..truncate import middle_truncate
+from .types import SummaryFailure, SummaryRequest, SummaryResult
 
 KEY_ARGS = (
     "file_path",

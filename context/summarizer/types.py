@@ -1,13 +1,19 @@
 """The contract between the engine and a summary provider.
 
-The engine builds a `SummaryRequest` (what to summarize and how); a provider — `anthropic`,
-`client` or `digest` — answers with a `SummaryResult` or raises `SummaryFailure`. The engine
-never calls a provider itself (it does no I/O); the daemon does, then hands the text back.
+The engine builds a `SummaryRequest` (what to summarize and how) and yields it, wrapped in a
+`SummaryNeeded`, from a cascade; a provider — `anthropic`, `client` or `digest` — answers with
+a `SummaryResult` or a `SummaryFailure`. The engine never calls a provider itself (it does no
+I/O); a driver (`driver.py`) does, then hands the answer back.
+
+`SummaryFailure` is the one name for "no usable summary": what a provider raises, and what
+generation raises when a summary cannot be had (too many calls, an empty answer). The wire
+error a client sees for it is `errors.ProviderFailure`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Generator
+from typing import Any, TypeVar
 
 import attrs
 
@@ -22,6 +28,7 @@ FAILURE_KINDS = (
     "empty",  # the provider answered with no text
     "auth",  # 401/403: no or a bad API key
     "unavailable",  # no provider configured / cannot be reached
+    "call_limit",  # the summary would need more calls than `summaryMaxCalls`
     "other",
 )
 
@@ -52,6 +59,14 @@ class SummaryResult:
     cache_creation_input_tokens: int = 0
 
 
+@attrs.frozen
+class SummaryNeeded:
+    """What a cascade yields when a tier needs a summary: the tier asking and the request."""
+
+    tier: str
+    request: SummaryRequest
+
+
 class SummaryFailure(Exception):
     """A provider call that produced no usable summary. Nothing is written after one."""
 
@@ -75,3 +90,12 @@ class SummaryFailure(Exception):
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}"
+
+
+Answer = SummaryResult | SummaryFailure
+"""What a driver sends back into a cascade for each `SummaryNeeded`."""
+
+T = TypeVar("T")
+Steps = Generator[SummaryNeeded, Answer, T]
+"""A computation that may ask for summaries on its way (a tier, a cascade, a replay); its
+value is `T`. Run it with `driver.drive` or `driver.drive_async`."""

@@ -11,23 +11,16 @@ reach its target.
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import TYPE_CHECKING
-
-from .projection import COLLAPSE
+from ..projection import COLLAPSE
+from ..summarizer.generate import Limits, generate
+from ..summarizer.input import Range, build_input
+from ..summarizer.instructions import collapse_system
+from ..summarizer.types import Steps, SummaryFailure
+from ..turns import Turn, turn_node_ids
+from .base import Run, TierEvent
 from .snip import removable_turns
-from .summarize import SummaryFailure, SummaryResult
-from .summary import Range, SummaryFailed, build_input, generate
-from .turns import Turn, turn_node_ids
-
-if TYPE_CHECKING:
-    from .cascade import Run, SummaryNeeded
 
 TIER = "collapse"
-COLLAPSE_PROMPT = """\
-Summarize this segment of a coding-agent session in at most {tokens} tokens of plain text: \
-what the user asked, what was done (files, commands, results), what was decided, and any \
-error and its resolution. Keep names, paths and numbers exact. Do not call tools."""
 
 
 def segments(turns: list[Turn], min_turns: int, max_turns: int) -> list[list[Turn]]:
@@ -51,13 +44,16 @@ def available(run: Run) -> bool:
     return bool(run.policy.collapse_enabled and run.provider is not None)
 
 
-def run(run: Run) -> Generator[SummaryNeeded, SummaryResult | SummaryFailure, None]:
+def due(run: Run) -> bool:
+    """Over `collapseCommit` (~90 %) of the budget, with collapse on and a provider to ask."""
+    return available(run) and run.total > int(run.policy.collapse_commit * run.limit)
+
+
+def apply(run: Run) -> Steps[None]:
+    """Summarize segments of old turns, oldest first, until the request is under the commit
+    line; a failure or a segment that frees nothing stops here with its reason."""
     policy = run.policy
     commit_at = int(policy.collapse_commit * run.limit)
-    if run.total <= commit_at or not policy.collapse_enabled:
-        return
-    if run.provider is None:
-        return  # Tier 4 says that no provider is configured
     proj = run.rendered.projection
     pool = removable_turns(run.graph, run.path, proj, policy)
     candidates = segments(pool, policy.collapse_min_turns, policy.collapse_max_turns)
@@ -79,15 +75,15 @@ def run(run: Run) -> Generator[SummaryNeeded, SummaryResult | SummaryFailure, No
         )
         try:
             text, usage = yield from generate(
-                run,
                 inp,
                 purpose=TIER,
-                system=COLLAPSE_PROMPT.format(tokens=policy.collapse_summary_tokens),
+                system=collapse_system(policy.collapse_summary_tokens),
                 max_output=policy.collapse_summary_tokens,
                 model=policy.summary_model or None,
+                limits=Limits.of(policy),
             )
-        except SummaryFailed as failed:
-            run.note(TIER, f"{failed.reason}; nothing was written", failed=True)
+        except SummaryFailure as failed:
+            run.note(TIER, f"{failed.message}; nothing was written", failed=True)
             return
         before = run.total
         run.propose(
@@ -102,18 +98,17 @@ def run(run: Run) -> Generator[SummaryNeeded, SummaryResult | SummaryFailure, No
                     "provider": run.provider,
                 },
             },
-            {
-                "tier": TIER,
-                "reason": f"over {int(policy.collapse_commit * 100)}% of the budget: "
+            TierEvent(
+                TIER,
+                f"over {int(policy.collapse_commit * 100)}% of the budget: "
                 f"collapsed {len(seg)} turns into a segment summary",
-                "recordIds": [],
-                "details": {
+                details={
                     "turns": len(seg),
                     "calls": usage.get("calls", 0),
                     "inputTokens": usage.get("inputTokens", 0),
                     "outputTokens": usage.get("outputTokens", 0),
                 },
-            },
+            ),
         )
         if run.total >= before:
             run.retract()
@@ -125,7 +120,7 @@ def holds_headroom(run: Run) -> bool:
     """Auto-compact waits while collapse keeps the request under its blocking limit."""
     if not available(run):
         return False
-    collapsed = any(e["tier"] == TIER and e["applied"] for e in run.events) or bool(
+    collapsed = any(e.tier == TIER and e.applied for e in run.events) or bool(
         run.rendered.projection.collapsed
     )
     return collapsed and run.total <= int(run.policy.collapse_block * run.limit)

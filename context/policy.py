@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-from ..errors import InvalidConfig
+from .errors import InvalidConfig
 
 # Budget Reduction (spec §3): results over this many characters keep a head and a tail.
 MAX_TOOL_RESULT_CHARS = 4000

@@ -1,0 +1,122 @@
+"""Chunked generation: one summary of a `SummaryInput`, in as many provider calls as it takes.
+
+A range longer than one summarizer call is summarized in budgeted chunks that fold a rolling
+summary; a provider overflow retries with smaller chunks; calls are bounded. A generator: each
+call is yielded as a `SummaryNeeded` and answered by a driver (`driver.py`), so the engine
+itself does no I/O. Raises `SummaryFailure` when no usable summary can be had.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from ..policy import Policy
+from .input import MIN_CHUNK_TOKENS, SummaryInput
+from .instructions import chunk_note
+from .types import Steps, SummaryFailure, SummaryNeeded, SummaryRequest
+
+
+@attrs.frozen
+class Limits:
+    """How much one summary may take: tokens of input per call, and calls."""
+
+    input_tokens: int
+    calls: int
+
+    @classmethod
+    def of(cls, policy: Policy) -> Limits:
+        return cls(policy.summary_input_max_tokens, policy.summary_max_calls)
+
+
+def chunk_lines(inp: SummaryInput, budget: int, start: int = 0) -> list[tuple[int, int]]:
+    """Half-open line ranges of at most `budget` tokens each (a longer line goes alone)."""
+    chunks: list[tuple[int, int]] = []
+    i = start
+    n = len(inp.lines)
+    while i < n:
+        j, used = i, 0
+        while j < n and (j == i or used + inp.line_tokens[j] <= budget):
+            used += inp.line_tokens[j]
+            j += 1
+        chunks.append((i, j))
+        i = j
+    return chunks
+
+
+def generate(
+    inp: SummaryInput,
+    *,
+    purpose: str,
+    system: str,
+    max_output: int,
+    model: str | None,
+    limits: Limits,
+) -> Steps[tuple[str, dict[str, Any]]]:
+    """Summarize `inp` in budgeted chunks folding a rolling summary; a provider overflow
+    retries with smaller chunks. Returns the text and its usage; raises `SummaryFailure`
+    (nothing is written then)."""
+    budget = max(MIN_CHUNK_TOKENS, limits.input_tokens)
+    rolling: str | None = None
+    calls = 0
+    usage = {"calls": 0, "inputTokens": 0, "outputTokens": 0, "model": model}
+    position = 0
+    chunks = chunk_lines(inp, budget)
+    while position < len(inp.lines):
+        lo, hi = next(c for c in chunks if c[0] == position)
+        if calls >= limits.calls:
+            raise SummaryFailure("call_limit", f"the summary needed more than {limits.calls} calls")
+        parts_total = max(1, len(chunks))
+        body = inp.text(lo, hi)
+        prompt = body
+        if rolling is not None:
+            prompt = f"<previous_checkpoint>\n{rolling}\n</previous_checkpoint>\n\n{body}"
+        if parts_total > 1:
+            prompt = chunk_note(chunks.index((lo, hi)) + 1, parts_total) + "\n\n" + prompt
+        whole = lo == 0 and hi == len(inp.lines)
+        request = SummaryRequest(
+            purpose=purpose,
+            system=system,
+            prompt=prompt,
+            max_output_tokens=max_output,
+            model=model,
+            input_tokens_estimate=sum(inp.line_tokens[lo:hi]),
+            items=tuple(inp.items) if whole else (),
+            input_hash=inp.digest,
+        )
+        if not whole:
+            request = attrs.evolve(request, items=tuple(_chunk_items(inp, lo, hi, rolling)))
+        answer = yield SummaryNeeded(purpose, request)
+        calls += 1
+        usage["calls"] = calls
+        if isinstance(answer, SummaryFailure):
+            sent = sum(inp.line_tokens[lo:hi])
+            if (
+                answer.kind in ("prompt_too_long", "too_large")
+                and min(budget, sent) > MIN_CHUNK_TOKENS
+            ):
+                # halve what was actually sent: halving a budget the chunk did not fill would
+                # send the very same prompt again
+                budget = max(MIN_CHUNK_TOKENS, min(budget, sent) // 2)
+                chunks = chunks[: chunks.index((lo, hi))] + chunk_lines(inp, budget, lo)
+                continue
+            raise SummaryFailure(answer.kind, f"the {purpose} summary failed: {answer}")
+        if not answer.text.strip():
+            raise SummaryFailure("empty", "the provider returned an empty summary")
+        usage["inputTokens"] += answer.input_tokens
+        usage["outputTokens"] += answer.output_tokens
+        usage["model"] = answer.model
+        rolling = answer.text.strip()
+        position = hi
+    return rolling or "", usage
+
+
+def _chunk_items(inp: SummaryInput, lo: int, hi: int, rolling: str | None) -> list[dict[str, Any]]:
+    """Items of one chunk, for the digest provider (approximate: by proportion)."""
+    n = max(1, len(inp.lines))
+    a, b = lo * len(inp.items) // n, hi * len(inp.items) // n
+    out = list(inp.items[a:b])
+    if rolling is not None:
+        out.insert(0, {"type": "summary", "text": rolling})
+    return out

@@ -1,0 +1,200 @@
+"""The summarizer's input: a range of whole turns, as the request rendered them.
+
+The input starts at the range's first message and holds the prior summary that applies to
+this branch, every original user request (also of snipped turns) and every visible tool
+result as rendered; `Range.covers` and the input describe the same range (the spec's
+rolling-summary constraints). A line longer than one chunk of the smallest size is split, so
+chunked generation can always make progress.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import attrs
+import orjson
+
+from ..graph import Graph, Path
+from ..projection import Projection
+from ..render.conversation import Conversation
+from ..tokens import Counter
+from ..truncate import middle_truncate
+from ..turns import Turn
+
+MIN_CHUNK_TOKENS = 2000
+LINE_PIECE_TOKENS = MIN_CHUNK_TOKENS * 3 // 4  # a chunk of the smallest size takes any piece
+TOOL_INPUT_CHARS = 2000  # tool inputs in summarizer input are middle-truncated like results
+
+
+@attrs.frozen
+class Range:
+    turns: list[Turn]  # every turn replaced, oldest first
+    new_turns: list[Turn]  # those not already under the prior summary
+    covers: list[str]
+
+
+@attrs.frozen
+class SummaryInput:
+    lines: list[str]
+    line_tokens: list[int]
+    items: list[dict[str, Any]]
+    user_requests: list[str]
+    last_assistant: str | None
+    prior_text: str | None
+    digest: str  # hash of the whole input (the source prefix)
+    continued: list[bool] = attrs.field(factory=list)  # a piece of the line before it
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.line_tokens)
+
+    def text(self, lo: int = 0, hi: int | None = None) -> str:
+        """Lines `lo`..`hi` as one text (pieces of a split line join back seamlessly)."""
+        hi = len(self.lines) if hi is None else hi
+        out: list[str] = []
+        for i in range(lo, hi):
+            if out and not (self.continued and self.continued[i]):
+                out.append("\n")
+            out.append(self.lines[i])
+        return "".join(out)
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    out = []
+    for block in content or []:
+        if block.get("type") == "text":
+            out.append(block["text"])
+        else:
+            out.append(f"[{block.get('type', 'content')}]")
+    return "\n".join(out)
+
+
+def user_request_texts(graph: Graph, path: Path, turn: Turn) -> list[str]:
+    """The human's own words in a turn (meta content excluded)."""
+    out = []
+    for node_id in path.line.ids[turn.start : turn.end]:
+        node = graph.nodes[node_id]
+        if node.kind == "user" and not node.meta:
+            text = _text_of(node.content).strip()
+            if text:
+                out.append(text)
+    return out
+
+
+def build_input(
+    graph: Graph, path: Path, proj: Projection, conv: Conversation, rng: Range, counter: Counter
+) -> SummaryInput:
+    """The summarizer's input: the range from its first message, as rendered."""
+    lines: list[str] = []
+    items: list[dict[str, Any]] = []
+    requests: list[str] = []
+    last_assistant: str | None = None
+    prior_text: str | None = None
+    if proj.summary is not None and any(t.start_id in proj.summary_turns for t in rng.turns):
+        prior_text = proj.summary.data.get("text", "")
+        requests.extend(proj.summary.data.get("userRequests", []))
+        lines.append(f"<previous_checkpoint>\n{prior_text}\n</previous_checkpoint>")
+        items.append({"type": "summary", "text": prior_text})
+    by_turn: dict[int, list[Any]] = {}
+    for msg in conv.messages:
+        if msg.turn >= 0:
+            by_turn.setdefault(msg.turn, []).append(msg)
+    shown_collapses: set[str] = set()
+    for turn in rng.new_turns:
+        asked = user_request_texts(graph, path, turn)
+        requests.extend(asked)
+        collapse = proj.collapsed.get(turn.start_id)
+        if turn.start_id in proj.snipped:
+            for text in asked:
+                lines.append(f"USER: {text}")
+                items.append({"type": "user", "text": text})
+            lines.append("[the work of this turn was removed earlier to fit the window]")
+            continue
+        if collapse is not None:
+            for text in asked:
+                lines.append(f"USER: {text}")
+                items.append({"type": "user", "text": text})
+            if collapse.id not in shown_collapses:
+                shown_collapses.add(collapse.id)
+                text = collapse.data.get("text", "")
+                lines.append(f"<segment_summary>\n{text}\n</segment_summary>")
+                items.append({"type": "summary", "text": text})
+            continue
+        for msg in by_turn.get(turn.index, []):
+            if msg.kind != "turn":
+                continue
+            for part in msg.parts:
+                last_assistant = _describe(
+                    graph, msg.role, part.block, lines, items, last_assistant
+                )
+    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    pieces = [(i > 0, p) for line in lines for i, p in enumerate(_split_line(line, counter))]
+    return SummaryInput(
+        [p for _, (p, _) in pieces],
+        [t for _, (_, t) in pieces],
+        items,
+        requests,
+        last_assistant,
+        prior_text,
+        digest,
+        [cont for cont, _ in pieces],
+    )
+
+
+def _split_line(line: str, counter: Counter) -> list[tuple[str, int]]:
+    """A line longer than `LINE_PIECE_TOKENS` (one huge message) in pieces, so chunking —
+    and a retry with smaller chunks — can always make progress."""
+    tokens = counter.text(line)
+    if tokens <= LINE_PIECE_TOKENS:
+        return [(line, tokens)]
+    parts = -(-tokens // LINE_PIECE_TOKENS)
+    size = -(-len(line) // parts)
+    return [
+        (line[i : i + size], counter.text(line[i : i + size])) for i in range(0, len(line), size)
+    ]
+
+
+def _describe(
+    graph: Graph,
+    role: str,
+    block: dict[str, Any],
+    lines: list[str],
+    items: list[dict[str, Any]],
+    last_assistant: str | None,
+) -> str | None:
+    kind = block.get("type")
+    if kind == "text":
+        text = block["text"]
+        if role == "user":
+            lines.append(f"USER: {text}")
+            items.append({"type": "user", "text": text})
+        else:
+            lines.append(f"ASSISTANT: {text}")
+            items.append({"type": "assistant", "text": text})
+            return text
+    elif kind == "tool_use":
+        args = middle_truncate(
+            orjson.dumps(block["input"]).decode(),
+            TOOL_INPUT_CHARS,
+            TOOL_INPUT_CHARS * 6 // 10,
+            TOOL_INPUT_CHARS * 4 // 10,
+        )
+        lines.append(f"TOOL CALL {block['name']} ({block['id']}): {args}")
+        items.append(
+            {"type": "tool", "id": block["id"], "name": block["name"], "input": block["input"]}
+        )
+    elif kind == "tool_result":
+        flag = " [error]" if block.get("is_error") else ""
+        text = _text_of(block.get("content"))
+        lines.append(f"TOOL RESULT ({block['tool_use_id']}){flag}: {text}")
+        for item in reversed(items):
+            if item.get("type") == "tool" and item.get("id") == block["tool_use_id"]:
+                item["isError"] = bool(block.get("is_error"))
+                item["resultChars"] = len(text)
+                break
+    elif kind in ("image", "document"):
+        lines.append(f"{role.upper()}: [{kind}]")
+    return last_assistant

@@ -1,0 +1,34 @@
+"""What the summarizer is told: the prompts, kept as Markdown files under `prompts/`, and the
+pure builders that fill them in. Tested beside them (tests/summarizer/test_instructions.py)."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib.resources import files
+
+
+@cache
+def prompt(name: str) -> str:
+    """The text of `prompts/<name>.md` (without its final newline)."""
+    return (files(__package__) / "prompts" / f"{name}.md").read_text(encoding="utf-8").rstrip("\n")
+
+
+def checkpoint_system(instructions: str | None) -> str:
+    """The rolling summary's instructions; `/compact <instructions>` adds the user's own."""
+    text = prompt("checkpoint")
+    if instructions:
+        return (
+            text + "\n\nThe user asked for this compaction with these "
+            f"instructions — follow them:\n{instructions}"
+        )
+    return text
+
+
+def collapse_system(tokens: int) -> str:
+    """A Tier 3 segment summary's instructions, at most `tokens` long."""
+    return prompt("collapse").format(tokens=tokens)
+
+
+def chunk_note(part: int, parts: int) -> str:
+    """What a chunk of a long range says about its place (1-based `part` of `parts`)."""
+    return prompt("chunk_note").format(part=part, parts=parts)

@@ -1,0 +1,201 @@
+"""What every tier works on: one cascade `Run`, the `TierEvent`s it reports, and the interface a
+tier implements — a `due(run)` condition beside an `apply(run)` action.
+
+A tier never writes: it proposes *draft* records to the run, which re-renders with them; the
+cascade (`compactd.context.cascade`) orders the tiers and commits every draft at the end in
+one write, so a cancelled or failed run writes nothing. This module imports no tier, so the
+tiers and the cascade that calls them have no cycle between them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import attrs
+
+from ..budget import Calibration
+from ..errors import HeadConflict
+from ..graph import Path, Record
+from ..policy import Policy
+from ..projection import CONTEXT_KINDS, REACTIVE
+from ..render.request import Rendered, RenderParams, RequestSpec
+from ..session import Session
+from ..summarizer.types import Steps
+from ..visibility import ViewOptions
+
+CONTENT_RECORDS = CONTEXT_KINDS | {REACTIVE}
+"""Records whose arrival during a run means the run's decisions may no longer hold."""
+
+
+@attrs.define
+class TierEvent:
+    """What one tier did to the context in a run — or why it did nothing: nothing changes
+    silently (DESIGN §4). JSON only at the wire (`context/compacted`, render's `events`)."""
+
+    tier: str
+    reason: str
+    applied: bool = False
+    tokens_before: int = 0
+    tokens_after: int = 0
+    record_ids: list[str] = attrs.field(factory=list)
+    details: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.define
+class Outcome:
+    """A finished run: the final render, every tier's event, the records written."""
+
+    rendered: Rendered
+    events: list[TierEvent]
+    record_ids: list[str]
+    tokens_before: int
+
+
+class Tier(Protocol):
+    """One tier of the cascade: `due` says whether it should act on this run, `apply` acts
+    (proposing drafts, or noting why not). LLM tiers return the steps that ask for summaries;
+    the others return None."""
+
+    TIER: str
+
+    def due(self, run: Run) -> bool: ...
+
+    def apply(self, run: Run) -> Steps[None] | None: ...
+
+
+class Run:
+    """State of one cascade run: the draft records and the current render with them."""
+
+    def __init__(
+        self,
+        engine: Any,
+        session: Session,
+        view: ViewOptions,
+        spec: RequestSpec,
+        policy: Policy,
+        summary_provider: str | None,
+    ) -> None:
+        self.engine = engine
+        self.session = session
+        self.graph = session.graph
+        self.view = view
+        self.spec = spec
+        self.policy = policy
+        self.provider = summary_provider
+        self.start_seq = session.graph.seq
+        self.start_layout = self._layout()
+        # Tier 5 adopts the provider's count for this run only; the reactive record, once
+        # written, makes it the engine's too (a failed run must leave no trace, in memory either)
+        self.forced_calibration: Calibration | None = None
+        self.drafts: list[Record] = []
+        self.pending: list[tuple[dict[str, Any], TierEvent]] = []  # (record, its event)
+        self.events: list[TierEvent] = []
+        self.thread = view.viewer
+        self.memo: dict[Any, Any] = {}  # what tiers computed from the current render
+        self.rendered = self.render()
+        self.limit = self.rendered.budget.limit
+        self.threshold = int(policy.cascade_threshold * self.limit)
+
+    # -- rendering with drafts ------------------------------------------------------------------
+
+    def render(self, extra: list[Record] | None = None) -> Rendered:
+        """The request with this run's drafts (and `extra` ones a tier is only trying)."""
+        return self.engine.render_session(
+            self.session,
+            RenderParams(self.view, self.spec),
+            extra_records=[*self.drafts, *(extra or [])],
+            calibration=self.calibration(),
+        )
+
+    def rerender(self) -> None:
+        self.rendered = self.render()
+        self.memo.clear()
+
+    def calibration(self) -> Calibration:
+        if self.forced_calibration is not None:
+            return self.forced_calibration
+        return self.engine.calibration(self.session)
+
+    @property
+    def total(self) -> int:
+        return self.rendered.total
+
+    @property
+    def path(self) -> Path:
+        return self.rendered.view.own
+
+    def propose(self, record: dict[str, Any], event: TierEvent) -> None:
+        """Adopt a draft record and re-render with it; `event` gets the token delta."""
+        before = self.total
+        self.drafts.append(
+            self.graph.draft_record(
+                record["kind"], record["covers"], record.get("data", {}), record.get("thread")
+            )
+        )
+        self.rerender()
+        event.applied, event.tokens_before, event.tokens_after = True, before, self.total
+        self.pending.append((record, event))
+        self.events.append(event)
+
+    def retract(self) -> None:
+        """Withdraw the last proposed draft (a tier replacing its own earlier proposal)."""
+        self.drafts.pop()
+        self.pending.pop()
+        self.events.pop()
+        self.rerender()
+
+    def withdraw(self, kind: str) -> bool:
+        """Withdraw every draft of `kind` this run proposed (and its event)."""
+        keep = [i for i, (rec, _) in enumerate(self.pending) if rec["kind"] != kind]
+        if len(keep) == len(self.pending):
+            return False
+        gone = [self.pending[i][1] for i in range(len(self.pending)) if i not in keep]
+        self.drafts = [self.drafts[i] for i in keep]
+        self.pending = [self.pending[i] for i in keep]
+        self.events = [e for e in self.events if not any(e is g for g in gone)]
+        self.rerender()
+        return True
+
+    def note(self, tier: str, reason: str, **details: Any) -> None:
+        """A tier that looked and did nothing says why."""
+        self.events.append(TierEvent(tier, reason, False, self.total, self.total, [], details))
+
+    def _layout(self) -> tuple[Any, ...]:
+        g = self.graph
+        return (dict(g.branches), g.current_branch, dict(g.function_heads), dict(g.config))
+
+    def check_unchanged(self) -> None:
+        """Refuse to write when the session's content moved since the run started: a node, a
+        result, a head, the config or a record that changes the context. Bookkeeping that
+        changes no content (a usage report, activity, idle marks, notes) does not count — a
+        client reporting the usage of its last call must not undo a /compact."""
+        self.session.catch_up()
+        g = self.graph
+        if g.seq == self.start_seq:
+            return
+        since = self.start_seq
+        if (
+            self._layout() != self.start_layout
+            or any(n.seq > since or n.result_seq > since for n in g.nodes.values())
+            or any(r.seq > since and r.kind in CONTENT_RECORDS for r in g.records)
+        ):
+            raise HeadConflict(
+                "the session changed while compacting; nothing was written — render again",
+                seq=g.seq,
+            )
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def commit(self) -> list[str]:
+        if not self.pending:
+            return []
+        self.check_unchanged()
+        ids = self.session.add_records([rec for rec, _ in self.pending])
+        for rid, (_, event) in zip(ids, self.pending, strict=True):
+            event.record_ids = [rid]
+        self.drafts = []
+        self.rerender()
+        return ids
+
+    def outcome(self, tokens_before: int, record_ids: list[str]) -> Outcome:
+        return Outcome(self.rendered, self.events, record_ids, tokens_before)

@@ -1,1 +1,0 @@
-"""Tool-result aging: Budget Reduction (`truncate`) and the cascade's policy (`policy`)."""

@@ -1,0 +1,104 @@
+"""What the daemon does on its own, between requests: idle work, background preparation of the
+next summary, noticing other daemons' appends, and warming the tokenizer.
+
+`start(app)` hooks the idle check into every session's first use and returns the coroutines
+that `serve_stdio` runs beside the request loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from ..context.session import Session
+from ..context.store import LOG_SUFFIX
+from ..protocol import methods
+from ..protocol.types import SessionIdleNotification
+from .app import App
+from .compaction import prepare_summary
+
+log = logging.getLogger("compactd.daemon")
+
+
+def start(app: App) -> list[Coroutine[Any, Any, None]]:
+    """Hook the idle check into first use; the background tasks to run."""
+    # a daemon started after the idle period acts as soon as the session is used
+    app.registry.on_first_touch.append(lambda session: run_idle_if_due(app, session))
+    tasks = [idle_loop(app), warm_tokenizer()]
+    if app.settings.watch:
+        tasks.append(watch_loop(app))
+    return tasks
+
+
+def run_idle_if_due(app: App, session: Session) -> None:
+    idle = app.engine.idle_due(session)
+    if idle is None:
+        return
+    outcome = app.engine.run_idle(session)
+    for event in outcome.events:
+        app.notify_compacted(session.id, event)
+    app.server.notify(
+        methods.NOTIFY_SESSION_IDLE,
+        SessionIdleNotification(session_id=session.id, idle_seconds=idle, cleared=outcome.cleared),
+    )
+
+
+async def idle_loop(app: App) -> None:
+    while True:
+        await asyncio.sleep(app.settings.idle_check_seconds)
+        try:
+            app.registry.evict_idle()
+            for sid in app.registry.loaded():
+                if app.registry.lock(sid).locked():
+                    continue
+                session = app.engine.sessions.get(sid)
+                if session is not None:
+                    session.catch_up()
+                    run_idle_if_due(app, session)
+                    await prepare_if_idle(app, session)
+        except Exception:
+            log.exception("idle check failed")
+
+
+async def prepare_if_idle(app: App, session: Session) -> None:
+    """While the user is away and the context is filling up, prepare the next rolling
+    summary so the compaction that will come costs no waiting."""
+    params = app.last_params.get(session.id)
+    if params is None:
+        return
+    idle = time.time() - session.graph.last_activity
+    if idle < app.engine.policy(session).prepare_idle_seconds:
+        return
+    await prepare_summary(app, session.id, params)
+
+
+async def watch_loop(app: App) -> None:
+    """Notice appends by other daemons on this data dir and apply them."""
+    from watchfiles import awatch
+
+    store = app.engine.store
+    store.ensure_dirs()
+    async for changes in awatch(store.sessions_dir, debounce=20, step=10, recursive=False):
+        for _change, path in changes:
+            name = Path(path).name
+            if not name.endswith(LOG_SUFFIX) or name.startswith("."):
+                continue
+            session = app.engine.sessions.get(name[: -len(LOG_SUFFIX)])
+            if session is not None:
+                try:
+                    session.catch_up()
+                except Exception:
+                    log.exception("catching up %s failed", session.id)
+
+
+async def warm_tokenizer() -> None:
+    """Load the tokenizer's vocabulary (~0.5 s) right after start-up, off the first
+    request's path: the daemon answers at once and the first render is not slowed."""
+    from ..context.tokens import encoding
+
+    await asyncio.sleep(0.05)
+    await asyncio.get_running_loop().run_in_executor(None, encoding)

@@ -1,0 +1,41 @@
+"""The engine's typed results in the shapes the wire has: the one place a `TierEvent` becomes
+JSON (render's `events`, `context/compacted`, the events in a "cannot fit" error)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..context.tiers.base import TierEvent
+from ..protocol.convert import unstructure
+from ..protocol.types import CompactedNotification
+
+
+def compacted(session_id: str, event: TierEvent) -> CompactedNotification:
+    return CompactedNotification(
+        session_id=session_id,
+        tier=event.tier,
+        applied=event.applied,
+        tokens_before=event.tokens_before,
+        tokens_after=event.tokens_after,
+        reason=event.reason,
+        record_ids=list(event.record_ids),
+        details=event.details,
+    )
+
+
+def event_json(event: TierEvent) -> dict[str, Any]:
+    """A tier's event as render's `events` list it: `context/compacted` without the session."""
+    out = unstructure(compacted("", event))
+    del out["sessionId"]
+    return out
+
+
+def plain(value: Any) -> Any:
+    """Engine data made JSON: events converted, containers walked, anything else as is."""
+    if isinstance(value, TierEvent):
+        return event_json(value)
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
