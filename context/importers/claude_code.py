@@ -46,13 +46,10 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from compactd.context.importers import (
-    FunctionRun,
-    ThreadBuilder,
-    iso_to_unix,
-    read_jsonl,
-)
-from compactd.context.importers.plan import MAIN, ImportedSession, Note
+
+from .builder import FunctionRun, ThreadBuilder
+from .jsonio import iso_to_unix, read_jsonl
+from .plan import MAIN, ImportedSession, Note
 
 _ANTHROPIC_USAGE_KEYS = (
     "input_tokens",

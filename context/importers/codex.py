@@ -31,15 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from compactd.context.importers import (
-    ThreadBuilder,
-    as_int,
-    iso_to_unix,
-    openai_usage_to_anthropic,
-    read_jsonl,
-    tool_input,
-)
-from compactd.context.importers.plan import MAIN, ImportedSession, Note
+
+from .builder import ThreadBuilder
+from .jsonio import as_int, iso_to_unix, openai_usage_to_anthropic, read_jsonl, tool_input
+from .plan import MAIN, ImportedSession, Note
 
 _CALL_TYPES = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
 _OUTPUT_TYPES = frozenset(

@@ -30,9 +30,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from compactd.context.errors import InvalidContent
-from compactd.context.importers import (
-    ThreadBuilder,
+from ..errors import InvalidContent
+from .builder import ThreadBuilder
+from .jsonio import (
     as_int,
     iso_to_unix,
     openai_usage_to_anthropic,
@@ -40,7 +40,7 @@ from compactd.context.importers import (
     read_jsonl,
     tool_input,
 )
-from compactd.context.importers.plan import MAIN, ImportedSession, Note
+from .plan import MAIN, ImportedSession, Note
 
 
 def load(path: Path) -> list[ImportedSession]:

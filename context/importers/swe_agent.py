@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from compactd.context.errors import InvalidContent
-from compactd.context.importers import ThreadBuilder, read_json_document, tool_input
-from compactd.context.importers.plan import MAIN, ImportedSession, Note
+
+from ..errors import InvalidContent
+from .builder import ThreadBuilder
+from .jsonio import read_json_document, tool_input
+from .plan import MAIN, ImportedSession, Note
 
 COMMAND_TOOL = "swe_agent_command"
 PROMPT_NOT_RECORDED = "[SWE-agent trajectory without history: the prompt was not recorded]"

@@ -1,0 +1,115 @@
+"""Which importer reads a transcript: decided by the file's content, not only its name.
+
+`load_transcript(path)` sniffs the first records and hands the file to the importer of its
+format; `detect_format(path)` says which one that is. Unreadable or unknown input raises
+`InvalidContent` with a message a person can act on. The format modules are imported only when
+their format is met (and never import this module), so detection stays cheap and cycle-free.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..errors import InvalidContent
+from .jsonio import read_json_document
+from .plan import ImportedSession
+
+__all__ = ["FORMATS", "detect_format", "load_transcript"]
+
+_PACKAGE = __name__.rpartition(".")[0]
+
+FORMATS: dict[str, str] = {
+    "claude-code": f"{_PACKAGE}.claude_code",
+    "codex": f"{_PACKAGE}.codex",
+    "openhands": f"{_PACKAGE}.openhands",
+    "swe-agent": f"{_PACKAGE}.swe_agent",
+}
+"""Format name → module with a `load(path) -> list[ImportedSession]` function."""
+
+_CLAUDE_CODE_LINE_TYPES = frozenset(
+    {"user", "assistant", "system", "summary", "progress", "file-history-snapshot"}
+)
+_CODEX_LINE_TYPES = frozenset(
+    {"session_meta", "response_item", "event_msg", "turn_context", "compacted"}
+)
+
+
+def load_transcript(path: str | Path) -> list[ImportedSession]:
+    """Read a transcript of any supported format into its sessions."""
+    transcript = Path(path)
+    module = importlib.import_module(FORMATS[detect_format(transcript)])
+    return module.load(transcript)
+
+
+def detect_format(path: str | Path) -> str:
+    """Name the format of a transcript from its first records (its content decides)."""
+    transcript = Path(path)
+    for record in _leading_records(transcript):
+        found = _classify(record)
+        if found is not None:
+            return found
+    raise InvalidContent(
+        f"{transcript}: not a transcript format compactd can import (Claude Code, Codex, "
+        "OpenHands or SWE-agent); its first records match none of them",
+        path=str(transcript),
+    )
+
+
+def _classify(record: Any) -> str | None:
+    if isinstance(record, list):
+        events = [event for event in record[:50] if isinstance(event, dict)]
+        if events and any("action" in event or "observation" in event for event in events):
+            return "openhands"
+        return None
+    if not isinstance(record, dict):
+        return None
+    if "trajectory" in record or ("history" in record and "info" in record):
+        return "swe-agent"
+    if isinstance(record.get("history"), list) and (
+        "instance_id" in record or "instruction" in record
+    ):
+        return "openhands"
+    kind = record.get("type")
+    if kind in _CODEX_LINE_TYPES and "payload" in record:
+        return "codex"
+    if kind in _CLAUDE_CODE_LINE_TYPES and any(
+        key in record for key in ("sessionId", "uuid", "leafUuid", "messageId")
+    ):
+        return "claude-code"
+    return None
+
+
+_SNIFF_LINES = 8
+
+
+def _leading_records(path: Path) -> Iterator[Any]:
+    """The first few JSON values of a JSONL file, lazily, or the document of a JSON file."""
+    try:
+        with path.open("rb") as handle:
+            seen = 0
+            for raw in handle:
+                if not raw.strip():
+                    continue
+                try:
+                    record = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    break
+                seen += 1
+                yield record
+                if seen == _SNIFF_LINES:
+                    return
+            else:
+                if not seen:
+                    raise InvalidContent(f"{path}: the file is empty", path=str(path))
+    except OSError as error:
+        raise InvalidContent(
+            f"{path}: cannot read the transcript ({error.strerror or error})", path=str(path)
+        ) from error
+    if not seen:
+        # A pretty-printed JSON document (e.g. a SWE-agent .traj) only parses as a whole.
+        yield read_json_document(path)

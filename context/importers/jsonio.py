@@ -1,0 +1,137 @@
+"""Reading transcript files, and the value conversions every format's importer needs.
+
+A file that cannot be read, or a line that is not a JSON object, raises `InvalidContent` naming
+the file (and line): importing half a session silently would make every later step lie. The
+conversions (`iso_to_unix`, `openai_usage_to_anthropic`, `tool_input`, `as_int`) are shared so
+that every format maps timestamps, usage and tool arguments the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ..errors import InvalidContent
+
+__all__ = [
+    "as_int",
+    "iso_to_unix",
+    "openai_usage_to_anthropic",
+    "read_json_document",
+    "read_jsonl",
+    "tool_input",
+]
+
+
+def read_jsonl(path: Path, skip: Callable[[bytes], bool] | None = None) -> list[dict[str, Any]]:
+    """Parse every line of a JSONL file once; `skip` drops raw lines before parsing them.
+
+    A line that is not a JSON object (a truncated last line, a corrupt byte) is an error that
+    names the line: importing half a session silently would make every later step lie.
+    """
+    records: list[dict[str, Any]] = []
+    lines = _read_bytes(path).splitlines()
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip() or (skip is not None and skip(raw)):
+            continue
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError as error:
+            hint = " (the file looks truncated)" if number == len(lines) else ""
+            raise InvalidContent(
+                f"{path}: line {number} is not valid JSON{hint}: {error}",
+                path=str(path),
+                line=number,
+            ) from error
+        if not isinstance(record, dict):
+            raise InvalidContent(
+                f"{path}: line {number} is a JSON {type(record).__name__}, expected an object",
+                path=str(path),
+                line=number,
+            )
+        records.append(record)
+    if not records:
+        raise InvalidContent(f"{path}: the transcript has no records", path=str(path))
+    return records
+
+
+def read_json_document(path: Path) -> Any:
+    """Parse a file holding one JSON document."""
+    try:
+        return orjson.loads(_read_bytes(path))
+    except orjson.JSONDecodeError as error:
+        raise InvalidContent(
+            f"{path}: not valid JSON or JSONL (truncated or corrupt?): {error}", path=str(path)
+        ) from error
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise InvalidContent(
+            f"{path}: cannot read the transcript ({error.strerror or error})", path=str(path)
+        ) from error
+
+
+def iso_to_unix(value: Any) -> float | None:
+    """ISO-8601 text → unix seconds; a time without a zone is UTC (as the agents write it)."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def openai_usage_to_anthropic(
+    prompt_tokens: int, cached_tokens: int, output_tokens: int, cache_write_tokens: int = 0
+) -> dict[str, int]:
+    """Map OpenAI-style counts to Anthropic's keys.
+
+    OpenAI's prompt count includes the cached part, while Anthropic's `input_tokens` is only the
+    uncached part: so `input_tokens = prompt - cached - written`, `cache_read_input_tokens =
+    cached`, `cache_creation_input_tokens = written` (0 where the provider does not bill cache
+    writes), and the three add up to the whole prompt again, as the engine counts it. Output
+    tokens (reasoning included, as OpenAI reports them) stay output tokens.
+    """
+    cached = max(cached_tokens, 0)
+    written = max(cache_write_tokens, 0)
+    return {
+        "input_tokens": max(prompt_tokens - cached - written, 0),
+        "cache_creation_input_tokens": written,
+        "cache_read_input_tokens": cached,
+        "output_tokens": max(output_tokens, 0),
+    }
+
+
+def tool_input(arguments: Any) -> dict[str, Any]:
+    """A tool call's arguments as a `tool_use` input: the JSON object, else `{"raw": text}`.
+
+    Anthropic requires an object; an argument string that is not one (a free-form patch,
+    truncated JSON) is kept whole under `raw` rather than guessed at.
+    """
+    if isinstance(arguments, dict):
+        return arguments
+    if isinstance(arguments, str):
+        try:
+            parsed = orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            return {"raw": arguments}
+        if isinstance(parsed, dict):
+            return parsed
+    return {"raw": arguments}
+
+
+def as_int(value: Any) -> int:
+    """A recorded count, or 0 when it is missing or not an integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
