@@ -22,12 +22,13 @@ from compactd.context.tokens import Counter
 from compactd.context.turns import turns_of
 from compactd.context.visibility import ViewOptions
 
-from tests.engine.helpers import assistant, user
+from tests.engine.helpers import assistant, texts, user  # noqa: F401 (texts re-exported)
 from tests.support.invariants import (
     check_anthropic_pairing,
     recount_anthropic,
     strip_cache_control,
 )
+from tests.support.logs import log_bytes  # noqa: F401 (re-exported)
 
 WINDOW = 32_000  # output reserve 8,000 -> limit 24,000, cascade threshold 20,400
 LIMIT = 24_000
@@ -113,10 +114,6 @@ class Recorder:
         return self.make(need)
 
 
-def log_bytes(engine: Engine, sid: str) -> bytes:
-    return engine.store.log_path(sid).read_bytes()
-
-
 def records(engine: Engine, sid: str, kind: str | None = None) -> list[Record]:
     return [r for r in engine.session(sid).graph.records if kind is None or r.kind == kind]
 
@@ -156,10 +153,6 @@ def blocks(request: dict[str, Any]) -> list[dict[str, Any]]:
         for block in content:
             out.append({k: v for k, v in block.items() if k != "cache_control"})
     return out
-
-
-def texts(request: dict[str, Any]) -> list[str]:
-    return [b["text"] for b in blocks(request) if b.get("type") == "text"]
 
 
 def use_ids(request: dict[str, Any]) -> list[str]:

@@ -87,7 +87,7 @@ def openai_turn(prefix: str, size: int = 200) -> list[Message]:
     ]
 
 
-def texts(request: dict[str, Any]) -> str:
+def all_text(request: dict[str, Any]) -> str:
     """Every string in a rendered request, joined (for 'is this text in the context?')."""
     out: list[str] = []
 

@@ -15,9 +15,11 @@ import pytest_asyncio
 from compactd.clients.client import CompactdClient, RpcError
 from compactd.protocol import types as t
 
+from tests.support.logs import log_bytes
+
 from .conftest import running
-from .convo import texts, tool_turns, user
-from .wire import RawDaemon, session_log
+from .convo import all_text, tool_turns, user
+from .wire import RawDaemon
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 WAIT = 10.0
@@ -62,7 +64,7 @@ async def test_cancel_a_stalled_compact_writes_nothing(
 
     client.on_summarize(stall)
     records_before = len((await client.get(sid))["records"])
-    log_before = session_log(data_dir, sid).read_bytes()
+    log_before = log_bytes(data_dir, sid)
 
     msg_id, answer = client.send_request(
         "context/compact", {"sessionId": sid, "workDoneToken": "cx-token"}
@@ -84,7 +86,7 @@ async def test_cancel_a_stalled_compact_writes_nothing(
     release.set()  # the late answer goes to a request the daemon no longer waits for
     await asyncio.sleep(0.2)
     assert len((await client.get(sid))["records"]) == records_before
-    assert session_log(data_dir, sid).read_bytes() == log_before
+    assert log_bytes(data_dir, sid) == log_before
     assert (await client.status()).summary_provider == "client"  # still serving
 
 
@@ -116,7 +118,7 @@ async def test_compact_with_the_clients_model(client: CompactdClient) -> None:
     assert request.session_id == sid and request.purpose == "rolling"
     assert "task cx-done-0" in request.prompt  # every original user request is in the input
     assert "mention every deploy" in request.system
-    seen = texts((await client.render(sid)).request)
+    seen = all_text((await client.render(sid)).request)
     assert "SUMMARY-FROM-CLIENT" in seen
 
 
@@ -129,7 +131,7 @@ async def test_a_failing_client_summarizer_writes_nothing(
         raise RuntimeError("the client's model is down")
 
     client.on_summarize(broken)
-    before = session_log(data_dir, sid).read_bytes()
+    before = log_bytes(data_dir, sid)
     with pytest.raises(RpcError) as caught:
         await client.compact(sid)
     assert caught.value.code == 4050 and caught.value.kind == "provider_failure"
@@ -138,7 +140,7 @@ async def test_a_failing_client_summarizer_writes_nothing(
     with pytest.raises(RpcError) as empty:
         await client.compact(sid)
     assert empty.value.code == 4050 and "empty" in empty.value.message
-    assert session_log(data_dir, sid).read_bytes() == before
+    assert log_bytes(data_dir, sid) == before
 
 
 async def test_an_append_during_the_summary_wins(client: CompactdClient, data_dir: Path) -> None:
@@ -158,7 +160,7 @@ async def test_an_append_during_the_summary_wins(client: CompactdClient, data_di
     view = await client.get(sid)
     assert view["head"] == appended[-1]  # the append went through …
     assert [r for r in view["records"] if r["kind"] == "summary"] == []  # … the summary did not
-    assert "a new request while you summarize" in texts((await client.render(sid)).request)
+    assert "a new request while you summarize" in all_text((await client.render(sid)).request)
 
 
 async def test_a_late_answer_after_cancel_is_dropped(tmp_path: Path) -> None:
@@ -171,7 +173,7 @@ async def test_a_late_answer_after_cancel_is_dropped(tmp_path: Path) -> None:
         await raw.call(
             "session/append", {"sessionId": "cx-late", "messages": tool_turns("late", 6, 1500)}
         )
-        before = session_log(data, "cx-late").read_bytes()
+        before = log_bytes(data, "cx-late")
         compact = raw.send_request("context/compact", {"sessionId": "cx-late"})
         ask = await raw.wait_for(lambda m: m.get("method") == "context/summarize")
         raw.notify("$/cancelRequest", {"id": compact})
@@ -180,7 +182,7 @@ async def test_a_late_answer_after_cancel_is_dropped(tmp_path: Path) -> None:
         raw.send({"jsonrpc": "2.0", "id": ask["id"], "error": {"code": -1, "message": "twice"}})
         status = await raw.call("daemon/status", {})
         assert status["loadedSessions"] == ["cx-late"]
-        assert session_log(data, "cx-late").read_bytes() == before
+        assert log_bytes(data, "cx-late") == before
         assert await raw.shutdown_and_exit() == 0
     finally:
         await raw.kill()

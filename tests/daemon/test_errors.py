@@ -16,7 +16,7 @@ import pytest_asyncio
 from compactd.protocol.errors import CODE_BY_KIND
 
 from .convo import assistant, tool_results, tool_turns, tool_use, user
-from .wire import RawDaemon, log_bytes
+from .wire import RawDaemon, logs_bytes
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -60,7 +60,7 @@ async def rejected(
     """Call, expect the error of `kind` (code from protocol.errors), and check nothing was
     written to any session; returns the error's data."""
     sessions = sorted(p.stem for p in (data_dir / "sessions").glob("*.jsonl"))
-    before = log_bytes(data_dir, sessions)
+    before = logs_bytes(data_dir, sessions)
     error = await daemon.error(method, params)
     assert error["code"] == CODE_BY_KIND[kind], error
     assert error["data"]["kind"] == kind, error
@@ -68,7 +68,7 @@ async def rejected(
     assert "traceback" not in error["data"]
     after = sorted(p.stem for p in (data_dir / "sessions").glob("*.jsonl"))
     assert after == sessions, "a rejected call created a session"
-    assert log_bytes(data_dir, sessions) == before, "a rejected call wrote to a log"
+    assert logs_bytes(data_dir, sessions) == before, "a rejected call wrote to a log"
     return error["data"]
 
 
@@ -235,7 +235,7 @@ async def test_params_nested_too_deep_are_rejected(daemon: RawDaemon, data_dir: 
     for _ in range(300):
         cursor["x"] = {}
         cursor = cursor["x"]
-    before = log_bytes(data_dir, [SID])
+    before = logs_bytes(data_dir, [SID])
     error = await daemon.error(
         "session/append",
         {
@@ -244,7 +244,7 @@ async def test_params_nested_too_deep_are_rejected(daemon: RawDaemon, data_dir: 
         },
     )
     assert error["code"] == -32602 and "messages" in error["message"]
-    assert log_bytes(data_dir, [SID]) == before
+    assert logs_bytes(data_dir, [SID]) == before
 
 
 async def test_unknown_method_is_32601(daemon: RawDaemon) -> None:

@@ -22,7 +22,7 @@ from compactd.clients.client import CompactdClient
 from compactd.context.policy import CLEARED_PLACEHOLDER
 
 from .conftest import running
-from .convo import texts, tool_turns
+from .convo import all_text, tool_turns
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -86,7 +86,7 @@ async def test_idle_work_is_done_persisted_and_survives_a_restart(tmp_path: Path
         rendered = {}
         for sid in ("idle-early", "idle-late"):
             request = (await a.render(sid)).request
-            assert texts(request).count(CLEARED_PLACEHOLDER) == READS - 5
+            assert all_text(request).count(CLEARED_PLACEHOLDER) == READS - 5
             rendered[sid] = orjson.dumps(request)
         await asyncio.sleep(0.5)  # more idle checks: the work is done once per idle period
         assert len(heard["session/idle"]) == 2 and len(heard["context/compacted"]) == 2

@@ -20,7 +20,7 @@ import pytest
 import pytest_asyncio
 
 from .convo import assistant, tool_turns, tool_use, user
-from .wire import RawDaemon, frame, log_bytes
+from .wire import RawDaemon, frame, logs_bytes
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -60,10 +60,10 @@ def sessions(data_dir: Path) -> list[str]:
 def nothing_written(data_dir: Path) -> Iterator[None]:
     """No session is created and no log changes inside the block."""
     before_ids = sessions(data_dir)
-    before = log_bytes(data_dir, before_ids)
+    before = logs_bytes(data_dir, before_ids)
     yield
     assert sessions(data_dir) == before_ids
-    assert log_bytes(data_dir, before_ids) == before
+    assert logs_bytes(data_dir, before_ids) == before
 
 
 _probes = iter(range(1, 10**6))

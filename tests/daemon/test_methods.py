@@ -16,13 +16,14 @@ from compactd.context.policy import CLEARED_PLACEHOLDER, RUNNING_FUNCTION_PLACEH
 from compactd.protocol import types as t
 
 from tests.support.invariants import check_anthropic_pairing, check_openai_pairing
+from tests.support.logs import log_bytes
 
 from .conftest import node_ids, running
 from .convo import (
+    all_text,
     assistant,
     filler,
     openai_turn,
-    texts,
     tool_results,
     tool_turns,
     tool_use,
@@ -162,14 +163,14 @@ async def test_append_raw_nodes_keeps_given_ids(client: CompactdClient) -> None:
     assert one["node"]["id"] == "a1"
     (tool,) = one["children"]
     assert (tool["tool_use_id"], tool["result"]) == ("raw-1", "conf/app.toml")
-    assert "conf/app.toml" in texts((await client.render(sid)).request)
+    assert "conf/app.toml" in all_text((await client.render(sid)).request)
 
 
 async def test_expected_head_guards_the_thread(client: CompactdClient, data_dir: Path) -> None:
     sid = await new_session(client, "m-head", [])
     first = await client.append(sid, [user("one")], expected_head=None)  # an empty thread
     second = await client.append(sid, [assistant("two")], expected_head=first.head)
-    before = session_log(data_dir, sid).read_bytes()
+    before = log_bytes(data_dir, sid)
     with pytest.raises(RpcError) as caught:
         await client.append(sid, [user("three")], expected_head=first.head)
     assert caught.value.code == 4030 and caught.value.kind == "head_conflict"
@@ -177,7 +178,7 @@ async def test_expected_head_guards_the_thread(client: CompactdClient, data_dir:
     with pytest.raises(RpcError) as empty:
         await client.append(sid, [user("three")], expected_head=None)
     assert empty.value.code == 4030
-    assert session_log(data_dir, sid).read_bytes() == before
+    assert log_bytes(data_dir, sid) == before
 
 
 async def test_tool_result_answers_a_pending_call(client: CompactdClient) -> None:
@@ -193,7 +194,7 @@ async def test_tool_result_answers_a_pending_call(client: CompactdClient) -> Non
     assert answered.head == head  # a result hangs off its call; the thread does not move
     request = (await client.render(sid)).request
     check_anthropic_pairing(request)
-    assert "exit 0" in texts(request)
+    assert "exit 0" in all_text(request)
 
 
 async def test_branch_and_checkout(client: CompactdClient) -> None:
@@ -203,14 +204,14 @@ async def test_branch_and_checkout(client: CompactdClient) -> None:
     forked = await client.branch(sid, "alt", from_node=base)
     assert forked == t.BranchResult("alt", base)
     on_alt = await client.append(sid, [user("alt only")], branch="alt")
-    alt = texts((await client.render(sid, branch="alt")).request)
-    main = texts((await client.render(sid)).request)
+    alt = all_text((await client.render(sid, branch="alt")).request)
+    main = all_text((await client.render(sid)).request)
     assert "alt only" in alt and "main only" not in alt
     assert "main only" in main and "alt only" not in main
     assert (await client.checkout(sid, "alt")) == t.BranchResult("alt", on_alt.head)
     view = await client.get(sid)
     assert view["currentBranch"] == "alt" and view["branches"]["alt"] == on_alt.head
-    assert "alt only" in texts((await client.render(sid)).request)  # the checked-out branch
+    assert "alt only" in all_text((await client.render(sid)).request)  # the checked-out branch
     main_view = await client.get(sid, branch="main")
     assert main_view["head"] != on_alt.head
     assert (await client.checkout(sid, "main")).branch == "main"
@@ -244,13 +245,13 @@ async def test_function_internals_stay_in_the_graph(client: CompactdClient) -> N
     inside = await client.append(
         sid, [user("dig into the logs"), assistant("found the bug in parse()")], function_id=fid
     )
-    running_view = texts((await client.render(sid)).request)
+    running_view = all_text((await client.render(sid)).request)
     assert RUNNING_FUNCTION_PLACEHOLDER in running_view
-    assert "dig into the logs" in texts((await client.render(sid, viewer=fid)).request)
+    assert "dig into the logs" in all_text((await client.render(sid, viewer=fid)).request)
     await client.function_complete(sid, fid, "the bug is in parse()")
     request = (await client.render(sid)).request
     check_anthropic_pairing(request)
-    seen = texts(request)
+    seen = all_text(request)
     assert "the bug is in parse()" in seen  # its output, as the call's result
     assert "dig into the logs" not in seen and "found the bug" not in seen  # not its internals
     one = await client.get(sid, node_id=fid)
@@ -275,7 +276,7 @@ async def test_render_with_and_without_cascade(client: CompactdClient) -> None:
         check(rendered.request)
         check_measure(rendered.tokens)
         assert rendered.tokens["total"] <= rendered.tokens["limit"]
-        assert texts(rendered.request).count(CLEARED_PLACEHOLDER) == 3  # 8 reads, 5 kept
+        assert all_text(rendered.request).count(CLEARED_PLACEHOLDER) == 3  # 8 reads, 5 kept
     view = await client.get(sid)
     (clear,) = records(view, "clear")  # written once; the second render reused it
     cleared = clear["covers"][0]
@@ -336,7 +337,7 @@ async def test_compact_with_the_digest_provider(client: CompactdClient) -> None:
     assert summary["data"]["instructions"] == "keep the deploy targets"
     request = (await client.render(sid)).request
     check_anthropic_pairing(request)
-    seen = texts(request)
+    seen = all_text(request)
     assert "task c-0" in seen  # the digest keeps every user request verbatim …
     assert filler("c-0", 1500)[:200] not in seen  # … while the old results are gone
     assert (await client.measure(sid)).total == result.tokens_after
@@ -354,7 +355,7 @@ async def test_snip_removes_whole_old_turns(client: CompactdClient) -> None:
     after = await client.measure(sid)
     assert after.total == result.tokens_after
     assert after.turns_shown == before.turns_shown - result.removed_turns
-    seen = texts((await client.render(sid)).request)
+    seen = all_text((await client.render(sid)).request)
     assert "task s-0" in seen  # the first user turn is protected …
     for turn in snip["data"]["turns"]:  # … the snipped turns are gone, with their requests
         request = (await client.get(sid, node_id=turn))["node"]["content"][0]["text"]
@@ -438,12 +439,12 @@ async def test_tier_5_runs_once_per_turn(client: CompactdClient, data_dir: Path)
     await client.report_usage(sid, MODEL, error=error)
     first = await client.render(sid, model=MODEL, cascade=True)
     assert first.events[0]["tier"] == "reactive"
-    before = session_log(data_dir, sid).read_bytes()
+    before = log_bytes(data_dir, sid)
     await client.report_usage(sid, MODEL, error=error)
     with pytest.raises(RpcError) as caught:
         await client.render(sid, model=MODEL, cascade=True)
     assert caught.value.code == 4040 and caught.value.kind == "cannot_fit"
-    assert session_log(data_dir, sid).read_bytes() == before
+    assert log_bytes(data_dir, sid) == before
 
 
 async def test_status_reports_the_daemon(client: CompactdClient, data_dir: Path) -> None:

@@ -14,7 +14,7 @@ import pytest_asyncio
 from compactd.clients.client import CompactdClient, RpcError
 
 from .conftest import node_ids, spawn
-from .convo import assistant, texts, user
+from .convo import all_text, assistant, user
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 WAIT = 10.0
@@ -70,12 +70,12 @@ async def test_an_append_in_b_reaches_a(windows: tuple[Window, Window]) -> None:
     await a.client.open_session(sid)
     await a.client.append(sid, [user("asked in A"), assistant("answered in A")])
     await b.client.open_session(sid)  # B loads what A wrote
-    assert "answered in A" in texts((await b.client.render(sid)).request)
+    assert "answered in A" in all_text((await b.client.render(sid)).request)
     appended = await b.client.append(sid, [user("asked in B")])
     (changed,) = await a.wait_changed(sid, 1)
     assert changed["events"] == 1
     assert changed["heads"]["main"] == appended.head
-    seen = texts((await a.client.render(sid)).request)
+    seen = all_text((await a.client.render(sid)).request)
     assert "asked in B" in seen and seen.index("answered in A") < seen.index("asked in B")
     assert b.changes(sid) == [], "a daemon is not told about its own appends"
 

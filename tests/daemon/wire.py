@@ -20,6 +20,8 @@ from typing import Any
 
 import orjson
 
+from tests.support.logs import log_bytes
+
 SPAWN_TIMEOUT = 20.0
 REPLY_TIMEOUT = 10.0
 
@@ -214,6 +216,6 @@ def session_log(data_dir: Path, session_id: str) -> Path:
     return data_dir / "sessions" / f"{session_id}.jsonl"
 
 
-def log_bytes(data_dir: Path, session_ids: Sequence[str]) -> dict[str, bytes]:
+def logs_bytes(data_dir: Path, session_ids: Sequence[str]) -> dict[str, bytes]:
     """The bytes of each session's log, to prove a rejected call wrote nothing."""
-    return {sid: session_log(data_dir, sid).read_bytes() for sid in session_ids}
+    return {sid: log_bytes(data_dir, sid) for sid in session_ids}

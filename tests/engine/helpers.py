@@ -24,6 +24,7 @@ from tests.support.invariants import (
     recount_openai,
     strip_cache_control,
 )
+from tests.support.logs import log_bytes  # noqa: F401 (re-exported)
 
 FORMATS = ("anthropic", "openai")
 
@@ -168,7 +169,3 @@ def tool_results(request: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def tool_messages(request: dict[str, Any]) -> dict[str, str]:
     """OpenAI tool messages' content by tool_call_id."""
     return {m["tool_call_id"]: m["content"] for m in request["messages"] if m["role"] == "tool"}
-
-
-def log_bytes(engine: Engine, session_id: str) -> bytes:
-    return engine.store.log_path(session_id).read_bytes()

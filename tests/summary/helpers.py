@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import io
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from compactd.clients.client import CompactdClient
 from compactd.clients.panel import build_panel
-from compactd.context.store import Store
 from compactd.context.tokens import Counter
 from compactd.protocol.convert import unstructure
 from rich.console import Console
@@ -18,6 +16,7 @@ from rich.console import Console
 from tests.cascade.helpers import assistant, blocks, results, tool_result, tool_use, user
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.invariants import check_anthropic_pairing, recount_anthropic
+from tests.support.logs import log_bytes  # noqa: F401 (re-exported)
 
 WINDOW = 32_000
 BASE_CONFIG = {"prepareIdleSeconds": 3600}  # no background preparation unless a test wants it
@@ -60,10 +59,6 @@ async def records(
 ) -> list[dict[str, Any]]:
     got = await client.get(sid)
     return [r for r in got["records"] if kind is None or r["kind"] == kind]
-
-
-def log_bytes(data_dir: Path, sid: str) -> bytes:
-    return Store(data_dir).log_path(sid).read_bytes()
 
 
 def prompts(fake: FakeAnthropic) -> list[str]:
