@@ -31,7 +31,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--reserve", type=int, help="output reserve (default: min(model max, 20K, window/4))"
     )
-    p.add_argument("--ttl", choices=("5m", "1h"), default="5m", help="prompt-cache TTL")
+    p.add_argument("--ttl", choices=("5m", "1h"), default="1h", help="prompt-cache TTL")
+    p.add_argument(
+        "--system-tokens",
+        type=int,
+        help="the system prompt on every request, in the provider's tokens (default: fitted "
+        "on the recorded calls, or 20,000)",
+    )
+    p.add_argument("--model", dest="replay_model", help="model id (default: the transcript's)")
+    p.add_argument(
+        "--write-price",
+        type=float,
+        help="price of a cache write (default: 1.25 for 5m, 2 for 1h; the economy notes' "
+        "instrument uses 1.25 throughout)",
+    )
     p.add_argument(
         "--summary-provider",
         choices=("digest", "anthropic", "client"),
@@ -59,6 +72,12 @@ async def run_replay(ns: argparse.Namespace, client: CompactdClient) -> int:
         params["reserve"] = ns.reserve
     if ns.config:
         params["config"] = orjson.loads(ns.config)
+    if ns.system_tokens is not None:
+        params["systemTokens"] = ns.system_tokens
+    if ns.replay_model:
+        params["model"] = ns.replay_model
+    if ns.write_price is not None:
+        params["writePrice"] = ns.write_price
     report = await client.request("session/replay", params, timeout=3600)
     if ns.plot:
         plot(report, ns.plot)
@@ -78,6 +97,20 @@ def print_report(
         f"limit {report['limit']:,} · threshold {report['threshold']:,} · "
         f"TTL {report['ttl']} · summaries: {report['provider'] or 'none'}"
     )
+    units = report.get("units")
+    if units:
+        fit = units["fit"].get("main")
+        how = (
+            f"fitted on {fit['points']} recorded calls, median error {fit['medianError']:.1%}, "
+            f"max {fit['maxError']:.1%}"
+            if units["source"] == "fitted" and fit
+            else units["source"]
+        )
+        system = units["systemTokens"]
+        console.print(
+            f"provider's units: {units['ratio']:.3f} per estimated token ({how}); system "
+            f"prompt {system['main']:,} (main) / {system['function']:,} (sub-agents) tokens"
+        )
     if show_steps:
         steps = Table(
             "step",
@@ -111,11 +144,15 @@ def print_report(
         "over window",
         "cache-read share",
         "LLM calls",
+        "cache rewrites /100",
+        "cannot fit",
         "removed w/o summarizer",
         "requests",
         box=None,
     )
-    for name, totals in report["totals"].items():
+    rows = [(name, t) for name, t in report["totals"].items()]
+    rows += [(f"{name} (main)", t) for name, t in (report.get("mainThread") or {}).items()]
+    for name, totals in rows:
         if totals is None:
             continue
         table.add_row(
@@ -125,6 +162,8 @@ def print_report(
             str(totals["overWindow"]),
             f"{totals['cacheReadShare']:.1%}",
             str(totals["llmCalls"]),
+            f"{totals.get('rewritesPer100', 0):.1f}",
+            str(totals.get("cannotFit", 0)),
             f"{totals['removedWithoutSummary']:,}",
             str(totals["requests"]),
         )

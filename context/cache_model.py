@@ -55,12 +55,14 @@ class _Entry:
 class CacheModel:
     """The provider's cache as seen by one client, request after request."""
 
-    def __init__(self, ttl: str = "5m", min_prefix_tokens: int = 1024) -> None:
+    def __init__(
+        self, ttl: str = "5m", min_prefix_tokens: int = 1024, write_price: float | None = None
+    ) -> None:
         if ttl not in TTL_SECONDS:
             raise ValueError(f"ttl must be one of {sorted(TTL_SECONDS)}")
         self.ttl = ttl
         self.ttl_seconds = TTL_SECONDS[ttl]
-        self.write_price = WRITE_1H if ttl == "1h" else WRITE_5M
+        self.write_price = write_price or (WRITE_1H if ttl == "1h" else WRITE_5M)
         self.min_prefix_tokens = min_prefix_tokens
         self.entries: list[_Entry] = []
 
@@ -102,9 +104,11 @@ def price_uncached(tokens: int, output_tokens: int = 0) -> float:
     return tokens + output_tokens * OUTPUT
 
 
-def price_recorded(usage: dict[str, int], ttl: str = "5m") -> float:
+def price_recorded(
+    usage: dict[str, int], ttl: str = "5m", write_price: float | None = None
+) -> float:
     """A recorded request's cost from the usage the provider reported."""
-    write = WRITE_1H if ttl == "1h" else WRITE_5M
+    write = write_price or (WRITE_1H if ttl == "1h" else WRITE_5M)
     return (
         int(usage.get("input_tokens") or 0)
         + int(usage.get("cache_creation_input_tokens") or 0) * write

@@ -53,13 +53,17 @@ def run_cascade(
 
 
 def _automatic(run: Run) -> Steps[None]:
+    # once over the threshold, every tier that runs frees down to the target (headroom: the
+    # next compaction is many requests away, and a change is not repeated request after
+    # request, each one re-writing the cache)
+    pressed = run.total > run.threshold
     if microcompact.due(run):
         microcompact.apply(run)
-    if snip.due(run):
+    if pressed and snip.due(run):
         snip.apply(run)
-    if run.total > run.threshold and collapse.due(run):
+    if pressed and collapse.due(run):  # Tier 3 before the full summary
         yield from collapse.apply(run)
-    if rolling_summary.due(run) and not collapse.holds_headroom(run):
+    if pressed and rolling_summary.due(run) and not collapse.holds_headroom(run):
         # a snip of this very run is still a draft: let the summary see those turns whole
         # instead of only their user requests; snip again if the summary was not enough
         withdrawn = run.withdraw(snip.TIER) if run.provider is not None else False

@@ -81,6 +81,9 @@ class Policy:
     truncate_tail_chars: int = TRUNCATE_TAIL_CHARS
     # cascade threshold: fraction of the effective window (window - output reserve)
     cascade_threshold: float = 0.85
+    # once over the threshold, the tiers free down to this fraction, so the next compaction
+    # is many requests away (headroom, no thrash)
+    cascade_target: float = 0.60
     # Tier 1 — Microcompact
     microcompact_first_at: int = 50
     microcompact_every: int = 25
@@ -106,7 +109,6 @@ class Policy:
     snip_keep_first_turn: bool = True
     # Tier 3 — Context Collapse
     collapse_enabled: bool = True
-    collapse_commit: float = 0.90
     collapse_block: float = 0.95
     collapse_min_turns: int = 5
     collapse_max_turns: int = 10

@@ -40,7 +40,10 @@ CONTEXT_KINDS = frozenset({SUMMARY, COLLAPSE, UNCOLLAPSE, SNIP, CLEAR, EVIDENCE,
 @attrs.define
 class Projection:
     summary: Record | None = None
-    summary_turns: frozenset[str] = frozenset()  # start ids of turns the summary replaces
+    summary_turns: frozenset[str] = frozenset()  # start ids of whole turns the summary replaces
+    # a summary that also replaces the earlier part of one turn: (that turn's start id, the
+    # last thread node it replaces); the turn's first node (the request) stays before it
+    summary_through: tuple[str, str] | None = None
     snipped: dict[str, Record] = attrs.field(factory=dict)  # turn start id -> snip
     collapsed: dict[str, Record] = attrs.field(factory=dict)  # turn start id -> collapse
     cleared: dict[str, Record] = attrs.field(factory=dict)  # tool node id -> time-based clear
@@ -71,7 +74,13 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
         guard = protected_starts(graph, path)
     for rec in records:
         kind = rec.kind
-        if kind in _TURN_KINDS and guard.intersection(rec.data.get("turns", [])):
+        if kind == SUMMARY and rec.data.get("through"):
+            # a summary inside a turn replaces the latest turns by design (keeping the turn's
+            # request and its newest exchanges): in force wherever something follows its cut
+            if rec.data["through"] == path.head:
+                continue
+            starts = rec.data.get("turns", [])
+        elif kind in _TURN_KINDS and guard.intersection(rec.data.get("turns", [])):
             if kind != SNIP:
                 continue  # it would hide a protected turn of this path: not in force here
             starts = [s for s in rec.data.get("turns", []) if s not in guard]
@@ -104,7 +113,10 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
                 proj.evidence[node_id] = rec
         proj.applied.append(rec)
     if proj.summary is not None:
-        proj.summary_turns = frozenset(proj.summary.data.get("turns", []))
+        data = proj.summary.data
+        proj.summary_turns = frozenset(data.get("turns", []))
+        if data.get("through") and data.get("partialTurn"):
+            proj.summary_through = (data["partialTurn"], data["through"])
     return proj
 
 
@@ -128,13 +140,13 @@ def protected_starts(graph: Graph, path: Path) -> frozenset[str]:
     if graph.running:
         starts = [b[0] for b in bounds]
         for fid in graph.running:
-            at = _thread_index(graph, fid, path)
+            at = thread_index(graph, fid, path)
             if at is not None:
                 out.add(ids[starts[bisect.bisect_right(starts, at) - 1]])
     return frozenset(out)
 
 
-def _thread_index(graph: Graph, node_id: str, path: Path) -> int | None:
+def thread_index(graph: Graph, node_id: str, path: Path) -> int | None:
     """The index in `path` of the thread node that `node_id` hangs under, if any."""
     node = graph.nodes[node_id]
     if path.owner is None:

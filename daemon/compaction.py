@@ -177,6 +177,10 @@ async def replay_transcript(app: App, p: ReplayParams) -> dict[str, Any]:
         ttl=p.ttl,
         config=dict(p.config or {}),
         baseline=p.baseline,
+        model=p.model,
+        system_tokens=p.system_tokens,
+        ratio=p.ratio,
+        write_price=p.write_price,
     )
     with tempfile.TemporaryDirectory(prefix="compactd-replay-") as scratch:
         engine = Engine(Store(scratch), defaults=app.engine.defaults, summary_provider=provider)

@@ -314,6 +314,12 @@ class ReplayParams:
     baseline: bool = True
     index: int = 0
     work_done_token: str | None = None
+    model: str | None = None  # default: the transcript's own model
+    # the system prompt every request carries, in the provider's tokens (default: the
+    # overhead fitted on the recorded calls, or 20,000 without a recording)
+    system_tokens: int | None = None
+    ratio: float | None = None  # provider tokens per estimated token (default: fitted)
+    write_price: float | None = None  # a cache write's price (default: 1.25× 5 min, 2× 1 hour)
 
 
 @attrs.define

@@ -36,12 +36,14 @@ def session_meta(imported: ImportedSession) -> dict[str, Any]:
 
 
 class OpApplier:
-    """Applies ops to one session, remembering which function each thread key names."""
+    """Applies ops to one session, remembering which function each thread key names. With
+    `sent` (an `ImportedSession.sent`), tool results are what the recorded agent sent."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, sent: dict[str, Any] | None = None) -> None:
         self.session = session
         self.functions: dict[str, str] = {}
         self.now = session.clock()
+        self.sent = sent or {}
 
     def thread(self, key: str | None) -> str | None:
         if key is None:
@@ -57,8 +59,9 @@ class OpApplier:
         s = self.session
         if isinstance(op, Messages):
             if op.messages:
+                messages = as_sent(op.messages, self.sent) if self.sent else op.messages
                 s.append(
-                    from_anthropic(op.messages), function=self.thread(op.thread), allow_orphans=True
+                    from_anthropic(messages), function=self.thread(op.thread), allow_orphans=True
                 )
         elif isinstance(op, FunctionStart):
             fid = s.function_start(
@@ -71,6 +74,27 @@ class OpApplier:
             s.add_records([{"kind": NOTE, "covers": [], "data": {"note": op.kind, **op.data}}])
         elif isinstance(op, ModelCall):
             return  # a step boundary, not data
+
+
+def as_sent(messages: list[dict[str, Any]], sent: dict[str, Any]) -> list[dict[str, Any]]:
+    """`messages` with each tool result named in `sent` replaced by what the agent sent."""
+    out = []
+    for msg in messages:
+        content = msg.get("content")
+        if isinstance(content, list) and any(
+            isinstance(b, dict) and b.get("tool_use_id") in sent for b in content
+        ):
+            content = [
+                {**b, "content": sent[b["tool_use_id"]]}
+                if isinstance(b, dict)
+                and b.get("type") == "tool_result"
+                and b.get("tool_use_id") in sent
+                else b
+                for b in content
+            ]
+            msg = {**msg, "content": content}
+        out.append(msg)
+    return out
 
 
 def import_session(

@@ -109,6 +109,7 @@ class _SessionImport:
         self.subagents_by_id: dict[str, _Subagent] = {}
         self.sidechains: list[_Subagent] = []
         self.compaction_calls: list[Note] = []
+        self.sent: dict[str, Any] = {}  # spilled results read back: what the model got instead
 
     # top level
 
@@ -138,6 +139,7 @@ class _SessionImport:
             model=self.model,
             title=self.title,
             warnings=self.warnings,
+            sent=self.sent,
         )
 
     def _skip_progress(self, raw: bytes) -> bool:
@@ -266,7 +268,10 @@ class _SessionImport:
         content = block.get("content")
         if isinstance(content, str) and _SPILL_MARK in content:
             text = self._spilled_text(content, block.get("tool_use_id"))
-            return block if text is None else {**block, "content": text}
+            if text is None:
+                return block
+            self.sent[str(block.get("tool_use_id"))] = content
+            return {**block, "content": text}
         if isinstance(content, list) and any(
             isinstance(part, dict) and _SPILL_MARK in str(part.get("text", "")) for part in content
         ):
@@ -276,6 +281,8 @@ class _SessionImport:
                 if isinstance(part, dict) and _SPILL_MARK in str(part.get("text", "")):
                     text = self._spilled_text(part["text"], block.get("tool_use_id"))
                 parts.append(part if text is None else {**part, "text": text})
+            if parts != content:
+                self.sent[str(block.get("tool_use_id"))] = content
             return {**block, "content": parts}
         return block
 

@@ -101,3 +101,7 @@ class ImportedSession:
     model: str | None = None  # the main model, when recorded
     title: str | None = None
     warnings: list[str] = attrs.field(factory=list)  # what was skipped or could not be mapped
+    # results the importer restored beyond what the agent sent (a spilled output read back
+    # from its file): tool_use_id -> the content the model actually got. A replay's "no
+    # management" row renders these, so it is what the recorded run sent.
+    sent: dict[str, Any] = attrs.field(factory=dict)

@@ -88,13 +88,22 @@ class Conversation:
 def summary_marker(data: dict[str, Any], turns: int) -> str:
     """The rolling summary as the model sees it: the provider's checkpoint, then — unless the
     checkpoint already quotes them — every user request it replaced, verbatim, and the latest
-    assistant text before the cut (the checkpoint rules of the spec's final table)."""
+    assistant text before the cut (the checkpoint rules of the spec's final table). A summary
+    inside a turn stands right after that turn's request, for the work done on it so far."""
     text = data.get("text", "")
-    out = [
-        f"[compactd: summary of the earlier conversation ({turns} turn{'s' if turns != 1 else ''}"
-        " replaced; the originals are kept in the session graph)]",
-        text,
-    ]
+    replaced = f"{turns} turn{'s' if turns != 1 else ''}"
+    if data.get("through"):
+        before = f" and of the {replaced} before it" if turns else ""
+        what = (
+            f"[compactd: summary of the work so far on the request above{before}; the newest "
+            "steps follow verbatim, the originals are kept in the session graph]"
+        )
+    else:
+        what = (
+            f"[compactd: summary of the earlier conversation ({replaced}"
+            " replaced; the originals are kept in the session graph)]"
+        )
+    out = [what, text]
     missing = [r for r in data.get("userRequests") or [] if r not in text]
     if missing:
         out.append("[the user's requests in that part, verbatim]")
@@ -164,6 +173,9 @@ class _Builder:
     def thread(self, path: Path, proj: Projection, own: bool) -> tuple[int, int]:
         ids = path.line.ids
         bounds = path.turn_bounds()
+        # a summary inside a turn stands in that turn, after its request; else before the
+        # first turn it replaces
+        inside = proj.summary_through if proj.summary is not None else None
         summary_done = False
         snip_run = 0
         shown_collapses: set[str] = set()
@@ -172,12 +184,8 @@ class _Builder:
             turn_no = index if own else -1
             start_id = ids[start]
             if start_id in proj.summary_turns:
-                if not summary_done and proj.summary is not None:
-                    self.marker(
-                        summary_marker(proj.summary.data, len(proj.summary_turns)),
-                        turn_no,
-                        "summary",
-                    )
+                if not summary_done and proj.summary is not None and inside is None:
+                    self.summary(proj, turn_no)
                     summary_done = True
                 continue
             if start_id in proj.snipped:
@@ -200,7 +208,15 @@ class _Builder:
                 continue
             shown += 1
             head_id = ids[path.length - 1]
-            for node_id in ids[start:end]:
+            nodes = ids[start:end]
+            if inside is not None and inside[0] == start_id:
+                first = self.graph.nodes[start_id]
+                if first.kind == "user":  # the request stays, before the work done on it
+                    self.emit("user", self.user_parts(first), turn_no)
+                self.summary(proj, turn_no)
+                summary_done = True
+                nodes = ids[path.index(inside[1]) + 1 : end]
+            for node_id in nodes:
                 node = self.graph.nodes[node_id]
                 if node.kind == "user":
                     self.emit("user", self.user_parts(node), turn_no)
@@ -212,6 +228,10 @@ class _Builder:
         if snip_run:
             self.marker(snip_marker(snip_run), len(bounds), "snip")
         return len(bounds), shown
+
+    def summary(self, proj: Projection, turn: int) -> None:
+        assert proj.summary is not None
+        self.marker(summary_marker(proj.summary.data, len(proj.summary_turns)), turn, "summary")
 
     # -- nodes --------------------------------------------------------------------------
 

@@ -61,8 +61,9 @@ def files_of(tool_input: Any) -> list[str]:
 def digest_text(
     items: list[dict[str, Any]] | tuple[dict[str, Any], ...], max_chars: int | None = None
 ) -> str:
-    """The checkpoint. Over `max_chars`, the earlier checkpoint is shortened first, then the
-    oldest tool calls are counted instead of listed; user requests are never cut."""
+    """The checkpoint. The last assistant message is quoted up to a quarter of `max_chars`;
+    over `max_chars`, the earlier checkpoint is shortened first, then the oldest tool calls
+    are counted instead of listed; user requests are never cut."""
     prior: list[str] = []
     requests: list[str] = []
     calls: list[str] = []
@@ -83,6 +84,10 @@ def digest_text(
                 if name not in files:
                     files.append(name)
     earlier = "\n\n".join(prior)
+    if last_assistant and max_chars is not None:
+        # an extract, not a copy: a long explanation would defeat the checkpoint
+        keep = max(400, max_chars // 4)
+        last_assistant = middle_truncate(last_assistant, keep, keep * 6 // 10, keep * 4 // 10)
 
     def assemble(earlier: str, shown_calls: list[str]) -> str:
         out = ["Checkpoint (extractive digest)."]

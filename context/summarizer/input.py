@@ -16,7 +16,7 @@ import attrs
 import orjson
 
 from ..graph import Graph, Path
-from ..projection import Projection
+from ..projection import Projection, thread_index
 from ..render.conversation import Conversation
 from ..tokens import Counter
 from ..truncate import middle_truncate
@@ -29,9 +29,13 @@ TOOL_INPUT_CHARS = 2000  # tool inputs in summarizer input are middle-truncated 
 
 @attrs.frozen
 class Range:
-    turns: list[Turn]  # every turn replaced, oldest first
-    new_turns: list[Turn]  # those not already under the prior summary
+    """What one summary replaces: whole turns, and maybe the earlier part of the next one."""
+
+    turns: list[Turn]  # every whole turn replaced, oldest first
+    new_turns: list[Turn]  # those not already wholly under the prior summary
     covers: list[str]
+    partial: Turn | None = None  # a turn replaced through `through` (its request stays)
+    through: int | None = None  # path index of the last node of `partial` replaced
 
 
 @attrs.frozen
@@ -93,7 +97,9 @@ def build_input(
     requests: list[str] = []
     last_assistant: str | None = None
     prior_text: str | None = None
-    if proj.summary is not None and any(t.start_id in proj.summary_turns for t in rng.turns):
+    starts = {t.start_id for t in rng.turns} | ({rng.partial.start_id} if rng.partial else set())
+    inside = proj.summary_through[0] if proj.summary_through else None
+    if proj.summary is not None and (bool(starts & proj.summary_turns) or inside in starts):
         prior_text = proj.summary.data.get("text", "")
         requests.extend(proj.summary.data.get("userRequests", []))
         lines.append(f"<previous_checkpoint>\n{prior_text}\n</previous_checkpoint>")
@@ -130,6 +136,21 @@ def build_input(
                 last_assistant = _describe(
                     graph, msg.role, part.block, lines, items, last_assistant
                 )
+    if rng.partial is not None and rng.through is not None:
+        # the turn's request stays verbatim in the request: here it is context for the work on
+        # it so far (what the summary replaces), not one of the requests the summary quotes
+        request = graph.nodes[rng.partial.start_id]
+        if request.kind == "user":
+            lines.append(f"USER (kept verbatim after this summary): {_text_of(request.content)}")
+        for msg in by_turn.get(rng.partial.index, []):
+            if msg.kind != "turn":
+                continue
+            for part in msg.parts:
+                at = thread_index(graph, part.node, path) if part.node else None
+                if at is not None and rng.partial.start < at <= rng.through:
+                    last_assistant = _describe(
+                        graph, msg.role, part.block, lines, items, last_assistant
+                    )
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
     pieces = [(i > 0, p) for line in lines for i, p in enumerate(_split_line(line, counter))]
     return SummaryInput(

@@ -95,6 +95,7 @@ class Run:
         self.rendered = self.render()
         self.limit = self.rendered.budget.limit
         self.threshold = int(policy.cascade_threshold * self.limit)
+        self.target = min(self.threshold, int(policy.cascade_target * self.limit))
 
     # -- rendering with drafts ------------------------------------------------------------------
 

@@ -2,11 +2,12 @@
 tokens), projected over the originals at read time. Reversible: `context/uncollapse` writes an
 `uncollapse` record and the originals show again.
 
-It commits when the request is over `collapse_commit` (~90 %) of the budget; while it holds
-the headroom, auto-compact waits, and runs only when collapse cannot bring the request under
-`collapse_block` (~95 %). Collapse works on the turns Snip may remove (same protections); with
-the spec's order (Snip first) it has material when Snip is disabled for a session or could not
-reach its target.
+It runs when the request is still over the cascade threshold after Snip (the spec's "about
+90 %"), before the rolling summary, and commits segments until the request is at the run's
+target; while it holds the headroom, auto-compact waits, and runs only when collapse cannot
+bring the request under `collapse_block` (~95 %). Collapse works on the turns Snip may remove
+(same protections); with the spec's order (Snip first) it has material when Snip is disabled
+for a session or could not reach its target.
 """
 
 from __future__ import annotations
@@ -45,15 +46,16 @@ def available(run: Run) -> bool:
 
 
 def due(run: Run) -> bool:
-    """Over `collapseCommit` (~90 %) of the budget, with collapse on and a provider to ask."""
-    return available(run) and run.total > int(run.policy.collapse_commit * run.limit)
+    """Over the run's target (the cascade calls it once over threshold), with collapse on and
+    a provider to ask."""
+    return available(run) and run.total > run.target
 
 
 def apply(run: Run) -> Steps[None]:
-    """Summarize segments of old turns, oldest first, until the request is under the commit
-    line; a failure or a segment that frees nothing stops here with its reason."""
+    """Summarize segments of old turns, oldest first, until the request is at the run's
+    target; a failure or a segment that frees nothing stops here with its reason."""
     policy = run.policy
-    commit_at = int(policy.collapse_commit * run.limit)
+    commit_at = run.target
     proj = run.rendered.projection
     pool = removable_turns(run.graph, run.path, proj, policy)
     candidates = segments(pool, policy.collapse_min_turns, policy.collapse_max_turns)
@@ -100,10 +102,10 @@ def apply(run: Run) -> Steps[None]:
             },
             TierEvent(
                 TIER,
-                f"over {int(policy.collapse_commit * 100)}% of the budget: "
-                f"collapsed {len(seg)} turns into a segment summary",
+                f"over the threshold after Snip: collapsed {len(seg)} turns into a segment summary",
                 details={
                     "turns": len(seg),
+                    "provider": run.provider,
                     "calls": usage.get("calls", 0),
                     "inputTokens": usage.get("inputTokens", 0),
                     "outputTokens": usage.get("outputTokens", 0),

@@ -75,6 +75,7 @@ def apply(run: Run, overflow: Overflow) -> None:
         run.rerender()
     target = target_tokens(overflow, run.total, run.limit, run.policy.reactive_margin)
     run.threshold = min(run.threshold, target)
+    run.target = min(run.target, target)
     run.limit = min(run.limit, target)
     record = {
         "kind": REACTIVE,

@@ -1,9 +1,12 @@
 """Tier 4 — the rolling summary (spec "Current rolling-summary constraints", DESIGN §5).
 
-- The replaceable range is a prefix of whole top-level turns, priced with its visible
-  subcalls. The latest `summary_keep_turns` (2) complete turns and the active turn stay; if
-  that still leaves the request over budget, only the latest turn stays. A turn holding a
-  running function is never replaced; a collapse segment is never split.
+- The replaceable range is a prefix of the thread, priced with its visible subcalls. The
+  latest `summary_keep_turns` (2) complete turns and the active turn stay; if that still
+  leaves the request over its target, only the latest complete turn stays; if even that is
+  too much — one request, a hundred tool calls — the range ends inside a turn (the latest
+  complete one, else the active one): at an assistant-message boundary, never between a call
+  and its result, never through a running function, the turn's request kept verbatim before
+  the summary and its newest exchanges after it. A collapse segment is never split.
 - The input starts at the range's first message and holds the prior summary that applies to
   this branch, every original user request (also of snipped turns) and every visible tool
   result as rendered. The record's `covers` and the input describe the same range.
@@ -21,14 +24,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from ..graph import Graph, Path
-from ..projection import SUMMARY, Projection
-from ..render.conversation import Conversation
+from ..projection import SUMMARY, Projection, thread_index
 from ..summarizer.generate import Limits, generate
-from ..summarizer.input import Range, SummaryInput, build_input
+from ..summarizer.input import Range, SummaryInput, build_input, user_request_texts
 from ..summarizer.instructions import checkpoint_system
 from ..summarizer.types import Steps, SummaryFailure, SummaryResult
-from ..turns import plan_cuts, turn_node_ids, turns_of
+from ..tokens import MESSAGE_OVERHEAD
+from ..turns import Turn, has_running, is_complete, plan_cuts, turn_node_ids, turns_of
 from .base import Run, TierEvent
 
 TIER = "summary"
@@ -47,11 +52,21 @@ def select_replaceable_range(
         return None
     plan = plan_cuts(graph, path, keep_first_turn=False, keep_complete=keep_complete, turns=turns)
     boundary = min(plan.protected) if plan.protected else len(turns)
-    # never split a collapse segment
+    return _whole_turns(graph, path, proj, turns, _unsplit(proj, turns, boundary))
+
+
+def _unsplit(proj: Projection, turns: list[Turn], boundary: int) -> int:
+    """`boundary` moved back so that it splits no collapse segment."""
     for rec in {id(r): r for r in proj.collapsed.values()}.values():
         indexes = [t.index for t in turns if t.start_id in rec.data.get("turns", [])]
         if indexes and min(indexes) < boundary <= max(indexes):
             boundary = min(indexes)
+    return boundary
+
+
+def _whole_turns(
+    graph: Graph, path: Path, proj: Projection, turns: list[Turn], boundary: int
+) -> Range | None:
     chosen = turns[:boundary]
     if not chosen:
         return None
@@ -62,10 +77,78 @@ def select_replaceable_range(
     return Range(chosen, new, covers)
 
 
-def range_cost(conv: Conversation, rng: Range, proj: Projection) -> int:
-    """Tokens the range costs in the current request (its turns, markers and prior summary)."""
-    indexes = {t.index for t in rng.turns}
-    return sum(m.tokens for m in conv.messages if m.turn in indexes)
+def cut_points(graph: Graph, path: Path, turn: Turn, after: int) -> list[int]:
+    """Where a summary may end inside `turn` (path indices of the last node it replaces):
+    after an assistant message whose calls all have their results, before the turn's last
+    assistant message, never past a pending call or a running function; only after `after`
+    (what an earlier summary already replaced)."""
+    ids = path.line.ids
+    assistants = [i for i in range(turn.start, turn.end) if graph.nodes[ids[i]].kind == "assistant"]
+    out: list[int] = []
+    for i in assistants[:-1]:  # the latest assistant message always stays
+        if any(graph.nodes[c].pending for c in graph.nodes[ids[i]].calls):
+            break  # nothing at or after a call still waiting may be replaced
+        if i > after:
+            out.append(i)
+    return out
+
+
+def in_turn_range(
+    graph: Graph, path: Path, proj: Projection, turns: list[Turn], turn: Turn, cut: int
+) -> Range:
+    """Every turn before `turn` whole, and `turn` through path index `cut`."""
+    whole = turns[: turn.index]
+    new = [t for t in whole if t.start_id not in proj.summary_turns]
+    covers: list[str] = []
+    for t in whole:
+        covers.extend(turn_node_ids(graph, path, t))
+    ids = path.line.ids
+    for i in range(turn.start, cut + 1):
+        covers.append(ids[i])
+        for call in graph.calls_of(graph.nodes[ids[i]]):
+            covers.append(call.id)
+            if call.function is not None:
+                covers.append(call.function)
+    return Range(whole, new, covers, turn, cut)
+
+
+@attrs.frozen
+class Costs:
+    """What each part of the current request costs (calibrated): every thread node of the
+    path with its calls and results, and the markers standing before or in each turn."""
+
+    nodes: dict[int, int]  # path index -> tokens
+    markers: dict[int, int]  # turn index -> tokens of summary, snip and collapse markers
+
+    @classmethod
+    def of(cls, run: Run) -> Costs:
+        graph, path, ratio = run.graph, run.path, run.rendered.ratio
+        nodes: dict[int, int] = {}
+        markers: dict[int, int] = {}
+        for msg in run.rendered.conversation.messages:
+            if msg.turn < 0:
+                continue  # the caller's prefix of a function's view
+            if msg.kind != "turn":
+                markers[msg.turn] = markers.get(msg.turn, 0) + round(msg.tokens * ratio)
+                continue
+            overhead = MESSAGE_OVERHEAD
+            for part in msg.parts:
+                at = thread_index(graph, part.node, path) if part.node else None
+                if at is not None:
+                    nodes[at] = nodes.get(at, 0) + round((part.tokens + overhead) * ratio)
+                    overhead = 0
+        return cls(nodes, markers)
+
+    def of_range(self, rng: Range) -> int:
+        """Tokens the range's content costs now (a kept request excluded)."""
+        total = sum(self.markers.get(t.index, 0) for t in rng.turns)
+        total += sum(self.nodes.get(i, 0) for t in rng.turns for i in range(t.start, t.end))
+        if rng.partial is not None and rng.through is not None:
+            total += self.markers.get(rng.partial.index, 0)
+            total += sum(
+                self.nodes.get(i, 0) for i in range(rng.partial.start + 1, rng.through + 1)
+            )
+        return total
 
 
 def summary_budget(run: Run) -> int:
@@ -94,30 +177,106 @@ def generate_checkpoint(
 # ---- the tier ---------------------------------------------------------------------------------
 
 
+class MarkerBound:
+    """An upper bound of the marker a summary of a range puts in the request: the checkpoint
+    (at most the summary budget), every user request it replaces, verbatim, and — for whole
+    turns — the last assistant text before its end (the marker quotes what the checkpoint
+    does not; inside a turn, the latest assistant message stays after the marker)."""
+
+    HEADER = 40
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        summary = run.rendered.projection.summary
+        self.prior = list(summary.data.get("userRequests", [])) if summary else []
+        self.requests: dict[str, int] = {}  # turn start id -> tokens of its requests
+
+    def of(self, rng: Range) -> int:
+        run, counter = self.run, self.run.engine.counter
+        tokens = summary_budget(run) + self.HEADER + sum(map(counter.request_text, self.prior))
+        for turn in rng.new_turns:
+            if turn.start_id not in self.requests:
+                texts = user_request_texts(run.graph, run.path, turn)
+                self.requests[turn.start_id] = sum(map(counter.request_text, texts))
+            tokens += self.requests[turn.start_id]
+        last = _last_assistant_text(run.graph, run.path, rng) if rng.partial is None else None
+        if last:
+            tokens += counter.request_text(last)
+        return round(tokens * run.rendered.ratio)
+
+
+def _last_assistant_text(graph: Graph, path: Path, rng: Range) -> str | None:
+    if not rng.turns:
+        return None
+    end = rng.turns[-1].end
+    ids = path.line.ids
+    for i in range(end - 1, -1, -1):
+        node = graph.nodes[ids[i]]
+        if node.kind == "assistant":
+            text = "\n".join(b["text"] for b in node.content if b.get("type") == "text")
+            if text:
+                return text
+    return None
+
+
 def choose_range(run: Run) -> Range | None:
-    """The range Tier 4 replaces: before the latest `summaryKeepTurns` complete turns; when
-    that still leaves the request over its threshold, before the latest complete turn only
-    (the spec's "retain the latest turn" — the latest complete user turn is always kept). With
-    nothing to summarize, short history under the threshold is left alone."""
-    policy, proj = run.policy, run.rendered.projection
-    rng = select_replaceable_range(run.graph, run.path, proj, policy.summary_keep_turns)
-    cost = range_cost(run.rendered.conversation, rng, proj) if rng and rng.new_turns else 0
-    cost = round(cost * run.rendered.ratio)  # calibrated, like run.total
-    estimate = run.total - cost + min(policy.summary_max_tokens, max(1, cost // 4))
-    if estimate > run.threshold:
-        wider = select_replaceable_range(run.graph, run.path, proj, 1)
-        if (
-            wider is not None
-            and wider.new_turns
-            and (rng is None or len(wider.turns) > len(rng.turns))
+    """The range Tier 4 replaces, the least that brings the request to the run's target:
+    before the latest `summaryKeepTurns` complete turns; else before the latest complete turn
+    (the spec's "retain the latest turn"); else inside the latest complete turn, then inside
+    the active one (a long turn of tool calls). With nothing to summarize, short history is
+    left alone."""
+    policy, proj, graph, path = run.policy, run.rendered.projection, run.graph, run.path
+    costs = Costs.of(run)
+    marker = MarkerBound(run)
+
+    def after(rng: Range | None) -> int:
+        return run.total - costs.of_range(rng) + marker.of(rng) if rng else run.total
+
+    best = select_replaceable_range(graph, path, proj, policy.summary_keep_turns)
+    if after(best) > run.target:
+        wider = select_replaceable_range(graph, path, proj, 1)
+        if wider is not None and (best is None or len(wider.turns) > len(best.turns)):
+            best = wider
+    if after(best) > run.target:
+        best = _inside_a_turn(run, costs, after) or best
+    if best is None or not (best.new_turns or best.partial is not None):
+        return None
+    return best
+
+
+def _inside_a_turn(run: Run, costs: Costs, after: Any) -> Range | None:
+    """The shortest in-turn range that reaches the target, cutting in the latest complete
+    turn first (the active turn stays whole), then in the active turn; if none reaches it,
+    the longest one there is."""
+    graph, path, proj = run.graph, run.path, run.rendered.projection
+    turns = turns_of(path)
+    if not turns:
+        return None
+    active = turns[-1]
+    latest = next(
+        (t for t in reversed(turns) if is_complete(graph, path, t) and t is not active), None
+    )
+    done = -1  # the path index an earlier in-turn summary replaced through
+    if proj.summary_through is not None and proj.summary_through[1] in path:
+        done = path.index(proj.summary_through[1])
+    longest: Range | None = None
+    for turn in [t for t in (latest, active) if t is not None]:
+        if _unsplit(proj, turns, turn.index) != turn.index or any(
+            has_running(graph, path, t, pending=False) for t in turns[: turn.index]
         ):
-            rng = wider
-    return rng if rng is not None and rng.new_turns else None
+            continue  # the turns before it must be replaceable whole
+        for cut in cut_points(graph, path, turn, done):
+            rng = in_turn_range(graph, path, proj, turns, turn, cut)
+            longest = rng
+            if after(rng) <= run.target:
+                return rng
+    return longest
 
 
 def due(run: Run) -> bool:
-    """Still over the threshold after the cheaper tiers (or `/compact`, which jumps here)."""
-    return run.total > run.threshold
+    """Still over the run's target after the cheaper tiers (the cascade calls it once over
+    threshold; `/compact` jumps here)."""
+    return run.total > run.target
 
 
 def apply(run: Run, *, manual: bool = False, instructions: str | None = None) -> Steps[None]:
@@ -154,8 +313,10 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
     data: dict[str, Any] = {
         "text": text,
         "turns": [t.start_id for t in rng.turns],
+        **_inside(run.path, rng),
         "userRequests": inp.user_requests,
-        "lastAssistant": inp.last_assistant,
+        # inside a turn, the latest assistant message stays verbatim after the marker
+        "lastAssistant": inp.last_assistant if rng.partial is None else None,
         "provider": run.provider,
         "inputHash": inp.digest,
         "inputTokens": inp.tokens,
@@ -171,7 +332,7 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
         TierEvent(
             TIER,
             ("/compact" if manual else "over threshold after the cheaper tiers")
-            + f": summarized {len(rng.turns)} turn(s)",
+            + f": summarized {_what(run.path, rng)}",
             details={
                 "coveredTurns": len(rng.turns),
                 "provider": run.provider,
@@ -191,6 +352,25 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
             f"no gain: with the summary the request would need {after:,} tokens, "
             f"not fewer than {before:,}; nothing was written",
         )
+
+
+def _inside(path: Path, rng: Range) -> dict[str, Any]:
+    """The record's fields for a summary that ends inside a turn."""
+    if rng.partial is None or rng.through is None:
+        return {}
+    return {"partialTurn": rng.partial.start_id, "through": path.line.ids[rng.through]}
+
+
+def _what(path: Path, rng: Range) -> str:
+    whole = f"{len(rng.turns)} turn(s)"
+    if rng.partial is None or rng.through is None:
+        return whole
+    steps = sum(
+        1
+        for i in range(rng.partial.start + 1, rng.through + 1)
+        if path.line.ids[i] in path  # every node of the range counts once
+    )
+    return f"{whole} and the first {steps} step(s) of the turn still in progress"
 
 
 def prepare(run: Run) -> Steps[bool]:

@@ -69,14 +69,14 @@ def snip_record(
 
 
 def due(run: Run) -> bool:
-    """Still over the threshold after Tier 1."""
-    return run.total > run.threshold
+    """Still over the run's target after Tier 1 (the cascade calls it once over threshold)."""
+    return run.total > run.target
 
 
 def apply(run: Run, target: int | None = None, reason: str = "over threshold") -> None:
     """Remove the fewest oldest removable turns that bring the request to `target` (default:
-    the threshold), as one snip record; say why when nothing can go."""
-    goal = run.threshold if target is None else target
+    the run's target), as one snip record; say why when nothing can go."""
+    goal = run.target if target is None else target
     if not run.policy.snip_enabled:
         run.note(TIER, "snip is disabled for this session")
         return

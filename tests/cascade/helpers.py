@@ -30,10 +30,11 @@ from tests.support.invariants import (
 )
 from tests.support.logs import log_bytes  # noqa: F401 (re-exported)
 
-WINDOW = 32_000  # output reserve 8,000 -> limit 24,000, cascade threshold 20,400
+WINDOW = 32_000  # output reserve 8,000 -> limit 24,000, cascade threshold 20,400, target 14,400
 LIMIT = 24_000
 THRESHOLD = 20_400
-MODEL = "claude-opus-4-8"
+TARGET = 14_400
+MODEL = "test-model"  # no family prior: the scenarios are sized in estimated tokens
 CONTEXT_KINDS = ("summary", "collapse", "snip", "clear", "reactive")
 
 Answer = Callable[[SummaryNeeded], SummaryResult | SummaryFailure]
@@ -169,30 +170,43 @@ def check_wire(rendered: Rendered) -> None:
     assert rendered.estimate == recount_anthropic(rendered.request, Counter())
 
 
-def turn_calls(engine: Engine, sid: str, path: Path | None = None) -> list[list[str]]:
+def turn_calls(
+    engine: Engine, sid: str, path: Path | None = None, after: str | None = None
+) -> list[list[str]]:
     """For each turn of the path (default: the current branch), the tool_use ids its calls
-    show on the wire."""
+    show on the wire (in the turn holding node `after`, only the calls after it)."""
     g = engine.session(sid).graph
     path = path if path is not None else g.branch_path()
+    cut = path.index(after) if after is not None and after in path else -1
     out = []
     for turn in turns_of(path):
         ids = []
-        for node_id in path.line.ids[turn.start : turn.end]:
-            for call in g.calls_of(g.nodes[node_id]):
+        for i in range(turn.start, turn.end):
+            if turn.start <= cut < turn.end and i <= cut:
+                continue
+            for call in g.calls_of(g.nodes[path.line.ids[i]]):
                 ids.append(call.tool_use_id if call.kind == "tool" else f"fn_{call.id}")
         out.append(ids)
     return out
 
 
 def check_no_split_turn(
-    engine: Engine, sid: str, request: dict[str, Any], path: Path | None = None
+    engine: Engine, sid: str, rendered: Rendered, path: Path | None = None
 ) -> list[bool]:
-    """Every turn is on the wire whole (all its calls) or not at all; says which are shown."""
-    shown = set(use_ids(request))
+    """Every turn is on the wire whole (all its calls) or not at all — but for the turn a
+    rolling summary ends in, whose calls after the cut are all there and none before it;
+    says which are shown."""
+    inside = rendered.projection.summary_through
+    through = inside[1] if inside else None
+    path = path if path is not None else rendered.view.own
+    shown = set(use_ids(rendered.request))
     out = []
-    for i, calls in enumerate(turn_calls(engine, sid, path)):
+    whole = turn_calls(engine, sid, path)
+    for i, calls in enumerate(turn_calls(engine, sid, path, through)):
         present = [c in shown for c in calls]
         assert all(present) or not any(present), f"turn {i} is split: {calls} vs shown"
+        hidden = [c for c in whole[i] if c not in calls]
+        assert not any(c in shown for c in hidden), f"turn {i} shows calls a summary replaced"
         out.append(bool(calls) and all(present))
     return out
 

@@ -106,7 +106,8 @@ def check_step(engine: Engine, sid: str, rendered: Rendered) -> None:
     path = rendered.view.own
     request = rendered.request
     check_anthropic_pairing(request)
-    shown = check_no_split_turn(engine, sid, request, path)
+    inside = rendered.projection.summary_through
+    shown = check_no_split_turn(engine, sid, rendered, path)
     wire_blocks = {orjson.dumps(b) for b in blocks(request)}
     turns = turns_of(path)
     calls = [any(g.nodes[n].calls for n in path.line.ids[t.start : t.end]) for t in turns]
@@ -116,7 +117,7 @@ def check_step(engine: Engine, sid: str, rendered: Rendered) -> None:
         for block in first.content:
             assert orjson.dumps(block) in wire_blocks, "the active turn's request is not verbatim"
     assert shown[-1] or not calls[-1], "the active turn lost its calls"
-    taken = rendered.projection.summary_turns
+    taken = rendered.projection.summary_turns | ({inside[0]} if inside else set())
     plan = plan_cuts(g, path, keep_first_turn=False)
     for index, why in plan.reasons.items():
         if why == "latest complete turn" and turns[index].start_id not in taken:

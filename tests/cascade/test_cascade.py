@@ -18,6 +18,7 @@ from compactd.context.summarizer.types import SummaryFailure, SummaryNeeded, Sum
 
 from tests.cascade.helpers import (
     LIMIT,
+    TARGET,
     THRESHOLD,
     Recorder,
     assistant,
@@ -125,17 +126,18 @@ def test_cheapest_first_and_only_while_over(engine: Engine, name: str) -> None:
     check_wire(out.rendered)
     applied = [e for e in out.events if e.applied]
     assert [e.tier for e in applied] == tiers
-    assert out.rendered.total <= THRESHOLD
-    # each tier starts where the previous left off, and only because that was still over
+    assert out.rendered.total <= TARGET
+    # each tier starts where the previous left off, and only because that was still over the
+    # target (once over the threshold, the tiers free down to the target: headroom)
     assert applied[0].tokens_before == before.total
     for prev, nxt in itertools.pairwise(applied):
-        assert prev.tokens_after == nxt.tokens_before > THRESHOLD
+        assert prev.tokens_after == nxt.tokens_before > TARGET
         assert ORDER.index(prev.tier) < ORDER.index(nxt.tier)
     for event in applied:
         assert event.tokens_after < event.tokens_before
     assert applied[-1].tokens_after == out.rendered.total
     assert (len(recorder.needs) > 0) == ("summary" in tiers)
-    check_no_split_turn(engine, sid, out.rendered.request)
+    check_no_split_turn(engine, sid, out.rendered)
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))

@@ -29,7 +29,8 @@ def test_every_render_of_the_replay_fits_and_keeps_the_invariants(path: Path, wi
 def test_the_largest_transcript_needs_every_cheap_tier_at_32k() -> None:
     report = replayed(LARGEST, 32_000, "digest")
     assert report.fired["microcompact"] >= 5
-    assert 1 <= report.fired["summary"] <= 3
+    # a summary inside the long last turn, every few requests (each frees down to the target)
+    assert 1 <= report.fired["summary"] <= report.steps // 8
     assert report.functions.fired["microcompact"] >= 1
     # a tighter window never makes the cascade do less
     wider = replayed(LARGEST, 64_000, "digest")

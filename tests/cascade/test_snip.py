@@ -14,6 +14,7 @@ from compactd.context.policy import RUNNING_FUNCTION_PLACEHOLDER
 from compactd.protocol.errors import code_for
 
 from tests.cascade.helpers import (
+    TARGET,
     THRESHOLD,
     assistant,
     cascade,
@@ -100,17 +101,18 @@ def test_snip_removes_the_oldest_whole_turns_just_enough(engine: Engine) -> None
     assert [e.tier for e in applied] == ["snip"]
     event = applied[0]
     assert event.tokens_before == before.total
-    assert event.tokens_after == out.rendered.total <= THRESHOLD
+    assert event.tokens_after == out.rendered.total <= TARGET
 
     (snip,) = records(engine, sid, "snip")
     assert event.record_ids == [snip.id]
-    shown = check_no_split_turn(engine, sid, out.rendered.request)
+    shown = check_no_split_turn(engine, sid, out.rendered)
     removed = [i for i, on in enumerate(shown) if not on]
     n = event.details["removedTurns"]
     assert removed == list(range(1, 1 + n))  # oldest first, after the protected task turn
     assert len(snip.data["turns"]) == n
-    # just enough: one turn fewer would still have been over the threshold
-    assert before.total - sum(costs[i] for i in removed[:-1]) > THRESHOLD
+    # just enough: one turn fewer would still have been over the target (over the threshold,
+    # a tier frees down to the target)
+    assert before.total - sum(costs[i] for i in removed[:-1]) > TARGET
     # a turn goes whole: every node of it is covered, the calls included
     g = engine.session(sid).graph
     covered = {g.nodes[c].tool_use_id for c in snip.covers if g.nodes[c].kind == "tool"}
@@ -178,7 +180,7 @@ def test_a_running_function_keeps_its_turn(engine: Engine) -> None:
     fid = session.function_start("Task", {"prompt": "deep dive"}, tool_use_id="toolu_bg")
     engine.append(sid, messages=[user("deep dive"), assistant(filler("inside", 200))], function=fid)
     out = cascade(engine, sid, params())
-    shown = check_no_split_turn(engine, sid, out.rendered.request)
+    shown = check_no_split_turn(engine, sid, out.rendered)
     assert shown[-1]  # the running function's turn
     assert result_blocks(out.rendered.request)["toolu_bg"]["content"] == (
         RUNNING_FUNCTION_PLACEHOLDER
@@ -192,7 +194,7 @@ def test_a_running_function_keeps_its_turn(engine: Engine) -> None:
 def test_the_first_turn_can_be_given_up(engine: Engine) -> None:
     sid = build(engine, {"snipKeepFirstTurn": False})
     out = cascade(engine, sid, params())
-    shown = check_no_split_turn(engine, sid, out.rendered.request)
+    shown = check_no_split_turn(engine, sid, out.rendered)
     assert not shown[0]
     assert "the task: port the parser" not in texts(out.rendered.request)
     n = next(e for e in out.events if e.applied).details["removedTurns"]
@@ -224,7 +226,7 @@ def test_snip_on_demand_to_a_target(engine: Engine) -> None:
     assert event.details["removedTurns"] >= 2
     assert event.record_ids == [r.id for r in records(engine, sid, "snip")]
     assert engine.render(sid, p).total == outcome.rendered.total
-    check_no_split_turn(engine, sid, outcome.rendered.request)
+    check_no_split_turn(engine, sid, outcome.rendered)
 
     # already under the target: nothing is written, and the reason says why
     log = log_bytes(engine, sid)
@@ -240,7 +242,7 @@ def test_snip_on_demand_stops_at_the_protected_turns(engine: Engine) -> None:
     outcome = engine.snip(sid, params(), 1)
     (event,) = outcome.events
     assert event.applied and event.details["removedTurns"] == 3
-    shown = check_no_split_turn(engine, sid, outcome.rendered.request)
+    shown = check_no_split_turn(engine, sid, outcome.rendered)
     assert shown == [True, False, False, False, True, True]
 
 

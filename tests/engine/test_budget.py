@@ -11,6 +11,7 @@ from compactd.context.budget import (
     Calibration,
     make_budget,
     model_spec,
+    prior_ratio,
     reported_prompt_tokens,
 )
 from compactd.context.engine import Engine
@@ -116,6 +117,15 @@ def test_calibration_smooths_and_clamps() -> None:
     assert cal.ratio("other") == 1.0
 
 
+def test_a_family_prior_stands_until_the_first_report_replaces_it() -> None:
+    cal = Calibration()
+    assert cal.ratio("claude-opus-4-8") == cal.ratio("claude-haiku-4-5-20251001") == 1.36
+    assert cal.ratio("gpt-5") == cal.ratio(None) == 1.0
+    assert cal.observe("claude-opus-4-8", 130, 100) == 1.3  # the first sample, not a blend
+    assert cal.ratio("claude-opus-4-8") == 1.3
+    assert cal.ratio("claude-sonnet-4-5") == 1.36  # calibration is per family member
+
+
 MODEL = "claude-sonnet-4-5-20250929"
 
 
@@ -134,7 +144,9 @@ def test_calibration_through_the_engine_survives_a_reload(engine: Engine, store:
     engine.append(sid, messages=[user("please " * 300), assistant("done " * 200)])
     before = render(engine, sid, model=MODEL)
     estimate = before.estimate
-    assert before.total == estimate and before.tokens()["calibration"] == 1.0
+    # before any report, Claude's prior: estimates in the provider's units from the start
+    assert before.tokens()["calibration"] == prior_ratio(MODEL) == 1.36
+    assert abs(before.total - 1.36 * estimate) <= len(before.tally.by_category)
     engine.record_usage(sid, MODEL, _usage(round(estimate * 1.5)))
     assert engine.calibration(engine.session(sid)).ratio(MODEL) == pytest.approx(1.5, abs=1e-3)
 
@@ -146,8 +158,10 @@ def test_calibration_through_the_engine_survives_a_reload(engine: Engine, store:
         round(v * after.ratio) for k, v in categories.items() if k not in ("output_reserve", "free")
     )
     assert abs(after.total - 1.5 * estimate) <= len(categories)
-    # another model is not affected
-    assert render(engine, sid, model="claude-haiku-4-5").total == estimate
+    # another model is not affected: it keeps its family's prior
+    other = render(engine, sid, model="claude-haiku-4-5")
+    assert other.tokens()["calibration"] == prior_ratio("claude-haiku-4-5")
+    assert render(engine, sid, model="gpt-4o").total == estimate  # no prior: 1.0
 
     # a new engine on the same data dir estimates exactly the same
     again = Engine(Store(store.root))

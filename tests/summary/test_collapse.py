@@ -11,7 +11,14 @@ from compactd.protocol.errors import CODE_BY_KIND
 from tests.summary.helpers import open_session, prompts, records, systems, turn, wire_blocks
 from tests.support.fake_anthropic import FakeAnthropic, Reply
 
-CONFIG = {"snipEnabled": False, "collapseMaxTurns": 5}
+# a threshold and target just over where one collapsed segment lands (87.5 %), so each segment
+# is its own step and auto-compact has reason to wait
+CONFIG = {
+    "snipEnabled": False,
+    "collapseMaxTurns": 5,
+    "cascadeThreshold": 0.90,
+    "cascadeTarget": 0.88,
+}
 TOOL = "mcp__docs__fetch"  # not compactable: Tier 1 frees nothing here, so Tier 3 must act
 MARKER = "[compactd: 5 turns collapsed into this summary"
 
@@ -34,8 +41,8 @@ async def test_collapse_segments_once_each_reversibly_while_auto_compact_waits(
         totals.append((await daemon.measure(sid, window=1_000_000)).total)
     per_turn = totals[-1] - totals[-2]
     total = totals[-1]
-    # a window where collapsing one segment of five turns lands between the cascade
-    # threshold (85 %) and collapse's commit point (90 %): auto-compact then has to wait
+    # a window where collapsing one segment of five turns lands at 87.5 %, under the target
+    # (88 % here) but over 85 %: auto-compact, which waits while collapse holds, is not asked
     saved = 5 * per_turn - 60
     limit = int((total - saved) / 0.875)
     window = limit * 4 // 3
@@ -66,7 +73,7 @@ async def test_collapse_segments_once_each_reversibly_while_auto_compact_waits(
     ]
     assert len(markers) == 1 and "SEGMENT-ONE" in markers[0]
 
-    # once: the next request finds nothing over the commit point and asks for nothing
+    # once: the next request finds nothing over the target and asks for nothing
     again = await daemon.render(sid, window=window, cascade=True)
     assert not any(e["applied"] for e in again.events)
     assert again.request == first.request

@@ -3,6 +3,7 @@ transcript at 32K, 64K and 200K windows: every request fits, and compaction neve
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,10 @@ def test_digest_replay_fits_and_never_loops(path: Path, window: int) -> None:
     per_step = report.summaries_per_step + report.functions.summaries_per_step
     assert len(per_step) == report.steps + report.functions.steps
     assert max(per_step) <= 1  # no step summarizes twice
-    # each summary takes at least one turn no earlier summary took
-    assert sum(per_step) <= report.turns
+    # headroom, no thrash: a summary frees down to the target, so the next one on the same
+    # thread is several requests away
+    steps = [i for i, n in enumerate(report.summaries_per_step) if n]
+    assert all(b - a >= 3 for a, b in itertools.pairwise(steps))
     assert report.fired["summary"] == sum(report.summaries_per_step)
 
 

@@ -14,6 +14,7 @@ from compactd.context.summarizer.types import SummaryFailure, SummaryNeeded, Sum
 from compactd.daemon.providers.anthropic_provider import AnthropicSummaryProvider
 
 from tests.cascade.helpers import (
+    MODEL,
     THRESHOLD,
     Recorder,
     assistant,
@@ -78,7 +79,7 @@ def test_the_latest_two_complete_turns_and_the_active_one_stay(digest_engine: En
         assert f"TOOL RESULT (toolu_k{k})" in need.request.prompt
     for k in (4, 5, 6):
         assert f"Request k{k}" not in need.request.prompt
-    shown = check_no_split_turn(engine, sid, out.rendered.request)
+    shown = check_no_split_turn(engine, sid, out.rendered)
     assert shown[4:6] == [True, True]
     assert "Request k6: go on." in texts(out.rendered.request)
     check_wire(out.rendered)
@@ -101,9 +102,12 @@ def test_short_history_under_the_threshold_is_left_alone(
     assert log_bytes(engine, sid) == log
 
 
-def test_when_two_kept_turns_are_still_too_many_only_the_latest_complete_one_stays(
+def test_when_two_kept_turns_are_still_too_many_the_latest_complete_one_keeps_its_ends(
     digest_engine: Engine,
 ) -> None:
+    """Keeping two complete turns, then one, still leaves the request over its target: the
+    summary ends inside the latest complete turn, which keeps its request and its last
+    message verbatim (the active turn stays whole)."""
     engine = digest_engine
     sid = open_session(engine)
     for k in range(4):
@@ -114,11 +118,14 @@ def test_when_two_kept_turns_are_still_too_many_only_the_latest_complete_one_sta
     assert before.total > THRESHOLD
     _, out = manual(engine, sid)
     (summary,) = records(engine, sid, "summary")
-    # the spec: "always retain the latest complete user turn" — b5 stays, with the active turn
-    assert summary.data["turns"] == turn_starts(engine, sid)[:5]
+    starts = turn_starts(engine, sid)
+    assert summary.data["turns"] == starts[:5]
+    assert summary.data["partialTurn"] == starts[5]
     assert out.rendered.total < THRESHOLD < before.total
     shown = texts(out.rendered.request)
     assert "Request b5: explain module b5." in shown and "Request a6: now finish." in shown
+    assert "Module b5 explained." in shown
+    assert not any("b5xw1300 " in t for t in shown)  # the explanation went into the summary
     # the checkpoint still quotes every request it replaced
     marker = next(t for t in shown if t.startswith("[compactd: summary"))
     for tag in ("s0", "s3", "b4"):
@@ -128,13 +135,14 @@ def test_when_two_kept_turns_are_still_too_many_only_the_latest_complete_one_sta
 
 def test_the_range_is_priced_in_the_providers_tokens(digest_engine: Engine) -> None:
     """With a calibration ratio of 1.5, summarizing the older turns is enough: the two latest
-    complete turns stay (pricing the range in raw tokens made it look too small to help)."""
+    complete turns stay (pricing the range in raw tokens made it look too small to help). The
+    target is the threshold here, so the range is the least that fits under it."""
     engine = digest_engine
-    sid = open_session(engine)
+    sid = open_session(engine, {"cascadeTarget": 0.85})
     engine.append(sid, messages=[m for k in range(6) for m in turn(f"w{k}")])
     p = params(window=14_100)  # limit 10,575, threshold 8,988
     raw = engine.render(sid, p).estimate
-    engine.record_usage(sid, "claude-opus-4-8", {"input_tokens": raw * 3 // 2}, estimated=raw)
+    engine.record_usage(sid, MODEL, {"input_tokens": raw * 3 // 2}, estimated=raw)
     before = engine.render(sid, p)
     assert before.ratio == pytest.approx(1.5, abs=0.01)
     assert before.total > before.budget.limit
@@ -164,7 +172,7 @@ def test_the_active_turn_is_never_replaced_even_when_huge(digest_engine: Engine)
     active_start = turn_starts(engine, sid)[-1]
     assert active_start not in summary.data["turns"]
     assert g.tool_by_use_id("toolu_act").id not in summary.covers  # type: ignore[union-attr]
-    shown = check_no_split_turn(engine, sid, out.rendered.request)
+    shown = check_no_split_turn(engine, sid, out.rendered)
     assert shown[-1]
 
 

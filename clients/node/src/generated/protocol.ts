@@ -252,6 +252,14 @@ export interface ReplayParams {
   index?: number;
   /** Default: `null` (may be omitted). */
   workDoneToken?: string | null;
+  /** Default: `null` (may be omitted). */
+  model?: string | null;
+  /** Default: `null` (may be omitted). */
+  systemTokens?: number | null;
+  /** Default: `null` (may be omitted). */
+  ratio?: number | null;
+  /** Default: `null` (may be omitted). */
+  writePrice?: number | null;
 }
 
 /** What the provider said about the last rendered request: its usage, the context edits it applied, or the error it returned (a prompt-too-long error triggers Tier 5 on the next render). */
