@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..tokens import COUNTER
 from ..truncate import middle_truncate
 from .types import SummaryFailure, SummaryRequest, SummaryResult
 
@@ -63,7 +64,8 @@ def digest_text(
 ) -> str:
     """The checkpoint. The last assistant message is quoted up to a quarter of `max_chars`;
     over `max_chars`, the earlier checkpoint is shortened first, then the oldest tool calls
-    are counted instead of listed; user requests are never cut."""
+    and the first files touched are counted instead of listed; user requests are never
+    cut."""
     prior: list[str] = []
     requests: list[str] = []
     calls: list[str] = []
@@ -89,7 +91,7 @@ def digest_text(
         keep = max(400, max_chars // 4)
         last_assistant = middle_truncate(last_assistant, keep, keep * 6 // 10, keep * 4 // 10)
 
-    def assemble(earlier: str, shown_calls: list[str]) -> str:
+    def assemble(earlier: str, shown_calls: list[str], shown_files: list[str] = files) -> str:
         out = ["Checkpoint (extractive digest)."]
         if earlier:
             out.append("Earlier checkpoint:\n" + earlier)
@@ -104,7 +106,11 @@ def digest_text(
             )
             out.append(head + "\n".join(shown_calls))
         if files:
-            out.append("Files touched:\n" + "\n".join(f"- {f}" for f in files))
+            omitted = len(files) - len(shown_files)
+            head = f"Files touched ({len(files)}" + (
+                f", the {omitted} first not listed):\n" if omitted else "):\n"
+            )
+            out.append(head + "\n".join(f"- {f}" for f in shown_files))
         if last_assistant:
             out.append("Last assistant message:\n" + last_assistant)
         return "\n\n".join(out)
@@ -121,16 +127,29 @@ def digest_text(
     while len(text) > max_chars and len(shown) > 10:
         shown = shown[len(shown) // 4 :]
         text = assemble(earlier, shown)
+    touched = list(files)
+    while len(text) > max_chars and len(touched) > 10:
+        touched = touched[len(touched) // 4 :]
+        text = assemble(earlier, shown, touched)
     return text
 
 
 def summarize(request: SummaryRequest) -> SummaryResult:
     if not request.items:
         raise SummaryFailure("other", "the digest provider needs the structured input items")
-    text = digest_text(request.items, request.max_output_tokens * 4)
+    # the checkpoint stays within the budget the tier priced it at: paths and identifiers
+    # tokenize densely, so the character cap tightens until the count fits (user requests,
+    # which are never cut, may still exceed it)
+    cap = request.max_output_tokens * 4
+    text = digest_text(request.items, cap)
+    for _ in range(8):
+        if COUNTER.text(text) <= request.max_output_tokens:
+            break
+        cap = cap * 4 // 5
+        text = digest_text(request.items, cap)
     return SummaryResult(
         text=text,
         model="digest",
         input_tokens=request.input_tokens_estimate,
-        output_tokens=len(text) // 4,
+        output_tokens=COUNTER.text(text),
     )

@@ -24,8 +24,9 @@ from compactd.context.graph import Graph, Node
 from compactd.context.policy import RUNNING_FUNCTION_PLACEHOLDER, policy_from_config
 from compactd.context.render.request import Rendered, RequestSpec, render_request
 from compactd.context.store import Store
+from compactd.context.tiers.rolling_summary import cut_points, in_turn_range
 from compactd.context.tokens import Counter
-from compactd.context.turns import Turn, plan_cuts, turn_node_ids, turns_of
+from compactd.context.turns import Turn, has_running, plan_cuts, turn_node_ids, turns_of
 from compactd.context.visibility import ViewOptions
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -143,7 +144,7 @@ def _assistant(draw: Any, world: World) -> dict[str, Any]:
 
 def available(world: World) -> list[str]:
     head = world.head()
-    acts = ["branch", "snip", "clear", "summary"]
+    acts = ["branch", "snip", "clear", "summary", "inside"]
     if len(world.graph.branches) > 1:
         acts.append("checkout")
     if not world.head_pending():
@@ -301,6 +302,8 @@ def _record(draw: Any, world: World, kind: str) -> dict[str, Any] | None:
             return None
         tool = draw(st.sampled_from(tools))
         return {"kind": "clear", "covers": [tool.id], "data": {"mode": "time"}}
+    if kind == "inside":
+        return _inside(draw, world, rendered)
     # summary: a prefix of whole removable turns, folding the summary in force
     plan = plan_cuts(g, path, keep_first_turn=False)
     prefix = 0
@@ -319,6 +322,39 @@ def _record(draw: Any, world: World, kind: str) -> dict[str, Any] | None:
         "kind": "summary",
         "covers": covers,
         "data": {"text": f"summary {world.uid('s')}", "turns": [t.start_id for t in chosen]},
+    }
+
+
+def _inside(draw: Any, world: World, rendered: Rendered) -> dict[str, Any] | None:
+    """A rolling summary that ends inside the latest complete or the active turn, cut where
+    Tier 4 may cut (its own `cut_points`), folding the summary in force."""
+    g = world.graph
+    path = g.branch_path(world.branch)
+    proj = rendered.projection
+    turns = turns_of(path)
+    done = -1
+    if proj.summary_through is not None and proj.summary_through[1] in path:
+        done = path.index(proj.summary_through[1])
+    options = []
+    for turn in turns[-2:]:
+        if any(t.start_id in proj.snipped or t.start_id in proj.collapsed for t in [turn]):
+            continue
+        if any(has_running(g, path, t, pending=False) for t in turns[: turn.index]):
+            continue
+        options += [(turn, cut) for cut in cut_points(g, path, turn, done)]
+    if not options:
+        return None
+    turn, cut = draw(st.sampled_from(options))
+    rng = in_turn_range(g, path, proj, turns, turn, cut)
+    return {
+        "kind": "summary",
+        "covers": rng.covers,
+        "data": {
+            "text": f"inside {world.uid('s')}",
+            "turns": [t.start_id for t in rng.turns],
+            "partialTurn": turn.start_id,
+            "through": path.ids[cut],
+        },
     }
 
 
@@ -393,12 +429,22 @@ def check_protected_turns(world: World, branch: str, fmt: str, rendered: Rendere
     kept = [turns[-1]]
     latest = latest_complete(g, turns, path.length, path.ids)
     summary = rendered.projection.summary
+    inside = rendered.projection.summary_through
     keep = []
     if latest is not None and latest.index != turns[-1].index:
         if summary is not None and latest.start_id in rendered.projection.summary_turns:
             keep.append(summary)
         else:
             kept.insert(0, latest)
+    # a summary inside one of these turns takes its earlier part by design: the request
+    # before the marker and everything after the cut stay as they were
+    if (
+        summary is not None
+        and inside is not None
+        and summary not in keep
+        and inside[0] in {t.start_id for t in kept}
+    ):
+        keep.append(summary)
     first = g.nodes[path.ids[kept[0].start]]
     assert first.kind == "user" and not first.meta, "sessions open with a user text"
     protected_tools = {
@@ -460,13 +506,17 @@ def check_thinking(world: World, branch: str, rendered: Rendered) -> None:
     path = g.branch_path(branch)
     proj = rendered.projection
     hidden = set(proj.summary_turns) | set(proj.snipped) | set(proj.collapsed)
+    cut = -1  # what a summary inside a turn replaced
+    if proj.summary_through is not None:
+        cut = path.index(proj.summary_through[1])
     expected = [
         orjson.dumps(b).decode()
         for t in turns_of(path)
         if t.start_id not in hidden
-        for i in path.ids[t.start : t.end]
-        if g.nodes[i].kind == "assistant"
-        for b in g.nodes[i].content
+        for i in range(t.start, t.end)
+        if i > cut or t.start_id != (proj.summary_through or ("",))[0]
+        if g.nodes[path.ids[i]].kind == "assistant"
+        for b in g.nodes[path.ids[i]].content
         if b["type"] in ("thinking", "redacted_thinking")
     ]
     assert thinking_sequence(rendered.request) == expected
@@ -511,6 +561,8 @@ def _hidden(rendered: Rendered) -> set[tuple[str, str]]:
     out |= {(start, rec.id) for start, rec in proj.collapsed.items()}
     if proj.summary is not None:
         out |= {(start, proj.summary.id) for start in proj.summary_turns}
+        if proj.summary_through is not None:
+            out.add((proj.summary_through[0], proj.summary.id))
     return out
 
 
