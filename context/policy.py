@@ -80,7 +80,7 @@ class Policy:
     truncate_head_chars: int = TRUNCATE_HEAD_CHARS
     truncate_tail_chars: int = TRUNCATE_TAIL_CHARS
     # cascade threshold: fraction of the effective window (window - output reserve)
-    cascade_threshold: float = 0.85
+    cascade_threshold: float = 0.90
     # once over the threshold, the tiers free down to this fraction, so the next compaction
     # is many requests away (headroom, no thrash)
     cascade_target: float = 0.60

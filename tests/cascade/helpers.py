@@ -30,9 +30,9 @@ from tests.support.invariants import (
 )
 from tests.support.logs import log_bytes  # noqa: F401 (re-exported)
 
-WINDOW = 32_000  # output reserve 8,000 -> limit 24,000, cascade threshold 20,400, target 14,400
+WINDOW = 32_000  # output reserve 8,000 -> limit 24,000, cascade threshold 21,600, target 14,400
 LIMIT = 24_000
-THRESHOLD = 20_400
+THRESHOLD = 21_600
 TARGET = 14_400
 MODEL = "test-model"  # no family prior: the scenarios are sized in estimated tokens
 CONTEXT_KINDS = ("summary", "collapse", "snip", "clear", "reactive")

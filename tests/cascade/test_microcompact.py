@@ -231,7 +231,7 @@ def test_a_clear_never_grows_the_request(engine: Engine) -> None:
     """Old results all shorter than the placeholder: nothing to clear, so nothing is cleared
     (it used to replace 'No files found' with the 90-character placeholder)."""
     sid = open_session(engine)
-    engine.append(sid, messages=[user("find the config " + filler("ask", 7000))])
+    engine.append(sid, messages=[user("find the config " + filler("ask", 7400))])
     for k in range(12):
         use_id = f"toolu_{k:03d}"
         engine.append(

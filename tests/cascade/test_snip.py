@@ -251,7 +251,7 @@ def test_a_snip_that_would_grow_the_request_is_not_applied(engine: Engine) -> No
     sid = open_session(engine, NO_CLEAR)
     engine.append(sid, messages=exchange("t0", [read("t0r")], ask="the task " + filler("a", 6000)))
     engine.append(sid, messages=[user("ok?"), assistant("ok")])
-    engine.append(sid, messages=exchange("latest", [read("l1")], ask="then " + filler("b", 3000)))
+    engine.append(sid, messages=exchange("latest", [read("l1")], ask="then " + filler("b", 3700)))
     engine.append(sid, messages=[user("active: go")])
     p = params()
     before = engine.render(sid, p)
