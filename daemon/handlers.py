@@ -35,6 +35,7 @@ def engine_params(p: t.RenderParams | t.CompactParams | t.SnipParams) -> EngineR
         format=p.format,
         cache=getattr(p, "cache", True),
         cache_ttl=getattr(p, "cache_ttl", None),
+        fallback_models=tuple(getattr(p, "fallback_models", None) or ()),
     )
     return EngineRenderParams(view=view, spec=spec)
 

@@ -193,6 +193,8 @@ class RenderParams:
     cache_ttl: Literal["5m", "1h"] | None = None
     overflow: ProviderError | None = None
     work_done_token: str | None = None
+    # the request must fit each of these models too; `tokens.models` reports every budget
+    fallback_models: list[str] | None = None
 
 
 @attrs.define

@@ -39,6 +39,9 @@ class RequestSpec:
     format: str = "anthropic"
     cache: bool = True
     cache_ttl: str | None = None
+    # models the client may fall back to: the request must fit each of them (spec, final
+    # table: the budget is recomputed for fallback models); each gets its table's budget
+    fallback_models: tuple[str, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -47,7 +50,12 @@ class RequestSpec:
             raise InvalidContent("cacheTtl must be '5m' or '1h'", field="cacheTtl")
 
     def budget(self) -> Budget:
+        """The budget of the model the request is for (`window`/`maxOutputTokens` apply)."""
         return make_budget(self.model, self.window, self.max_output_tokens)
+
+    def budgets(self) -> list[Budget]:
+        """The request's model's budget, then each fallback model's, from the model table."""
+        return [self.budget(), *(make_budget(m) for m in self.fallback_models)]
 
 
 @attrs.frozen
@@ -63,10 +71,12 @@ class Rendered:
     request: dict[str, Any]
     tally: Tally
     ratio: float
-    budget: Budget
+    budget: Budget  # the budget the request must fit: the smallest of its models'
     conversation: Conversation
     projection: Projection
     view: View
+    # with fallback models: every model's budget and calibration ratio, the request's first
+    models: list[tuple[Budget, float]] = attrs.field(factory=list)
 
     @property
     def categories(self) -> dict[str, int]:
@@ -90,6 +100,14 @@ class Rendered:
         cats = self.categories
         return sum(v for k, v in cats.items() if k not in (OUTPUT_RESERVE, FREE))
 
+    def total_at(self, ratio: float) -> int:
+        """The prompt estimate calibrated with `ratio` (rounded per category, as `total`)."""
+        return sum(
+            round(v * ratio)
+            for k, v in self.tally.by_category.items()
+            if k not in (OUTPUT_RESERVE, FREE)
+        )
+
     @property
     def estimate(self) -> int:
         return self.tally.prompt
@@ -107,7 +125,22 @@ class Rendered:
             "categories": {k: cats[k] for k in ALL_CATEGORIES},
             "turns": self.conversation.turns_total,
             "turnsShown": self.conversation.turns_shown,
+            **({"models": self.model_budgets()} if self.models else {}),
         }
+
+    def model_budgets(self) -> list[dict[str, Any]]:
+        """Each model's budget and what the request costs it (its own calibration)."""
+        return [
+            {
+                "model": b.model,
+                "window": b.window,
+                "limit": b.limit,
+                "outputReserve": b.output_reserve,
+                "total": self.total_at(ratio),
+                "binding": b is self.budget,
+            }
+            for b, ratio in self.models
+        ]
 
 
 def render_request(
@@ -121,13 +154,19 @@ def render_request(
     extra_records: list[Record] | None = None,
 ) -> Rendered:
     view = resolve_view(graph, options)
-    own = project(graph, view.own, extra_records)
+    projection = project(graph, view.own, extra_records)
     caller = project(graph, view.caller) if view.caller is not None else None
-    conversation = build_conversation(graph, view, own, caller, policy, counter)
-    budget = spec.budget()
+    conversation = build_conversation(graph, view, projection, caller, policy, counter)
+    own = spec.budget()
+    budget, ratio, models = own, _ratio(calibration, spec.model), []
+    if spec.fallback_models:
+        # the request fits the smallest: the least room in compactd's own units (a model whose
+        # tokenizer counts more has less), the request's own model on a tie
+        models = [(b, _ratio(calibration, b.model)) for b in spec.budgets()]
+        budget, ratio = min(models, key=lambda m: m[0].limit / m[1])
     common = dict(
         model=spec.model,
-        max_tokens=budget.output_reserve,
+        max_tokens=own.output_reserve,
         system=spec.system,
         tools=spec.tools,
         response_schema=spec.response_schema,
@@ -138,5 +177,8 @@ def render_request(
         )
     else:
         request, tally = to_openai(conversation, counter, **common)
-    ratio = calibration.ratio(spec.model) if calibration is not None else 1.0
-    return Rendered(request, tally, ratio, budget, conversation, own, view)
+    return Rendered(request, tally, ratio, budget, conversation, projection, view, models)
+
+
+def _ratio(calibration: Calibration | None, model: str | None) -> float:
+    return calibration.ratio(model) if calibration is not None else 1.0

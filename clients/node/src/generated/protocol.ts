@@ -225,6 +225,8 @@ export interface RenderParams {
   overflow?: ProviderError | null;
   /** Default: `null` (may be omitted). */
   workDoneToken?: string | null;
+  /** Default: `null` (may be omitted). */
+  fallbackModels?: string[] | null;
 }
 
 export interface RenderResult {
