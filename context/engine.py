@@ -23,10 +23,11 @@ from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE
 from .render.request import Rendered, RenderParams, render_request
 from .session import UNSET, AppendResult, Library, Session
 from .store import Store
-from .summarizer.types import Steps, SummaryResult
+from .summarizer.types import Steps
 from .tiers import microcompact, rolling_summary, snip
 from .tiers.base import Outcome, Run, TierEvent
 from .tiers.reactive import Overflow, parse_overflow
+from .tiers.rolling_summary import PreparedKey
 from .tokens import COUNTER, Counter
 from .visibility import ViewOptions
 
@@ -67,7 +68,9 @@ class Engine:
         self.sessions: dict[str, Session] = {}
         self._calibration: dict[str, tuple[int, Calibration]] = {}
         self._last_estimate: dict[str, tuple[str | None, int]] = {}
-        self._prepared: dict[str, tuple[str, str | None, SummaryResult]] = {}
+        # session -> (range key, (checkpoint, its input)): one prepared summary per session
+        self._prepared: dict[str, tuple[PreparedKey, Any]] = {}
+        self._preparations: dict[str, list[PreparedKey]] = {}  # ranges tried, newest last
         self._overflow: dict[str, Overflow] = {}
 
     # ---- sessions ----------------------------------------------------------------------------
@@ -120,6 +123,7 @@ class Engine:
         self.sessions.pop(session_id, None)
         self._calibration.pop(session_id, None)
         self._prepared.pop(session_id, None)
+        self._preparations.pop(session_id, None)
 
     def list(self) -> list[str]:
         return self.library.list()
@@ -290,8 +294,8 @@ class Engine:
         )[0]
 
     def prepare(self, session_id: str, params: RenderParams) -> Steps[bool] | None:
-        """A generator preparing the next Tier 4 summary, or None when it is not worth it (no
-        provider, occupancy under `prepare_occupancy`, already prepared)."""
+        """A generator preparing the next Tier 4 summary, or None when it is not worth it: no
+        provider, or the next compaction is not near (occupancy under `prepare_occupancy`)."""
         session = self.session(session_id)
         provider = self.provider_for(session)
         if provider is None:
@@ -303,29 +307,35 @@ class Engine:
 
     # ---- summaries prepared in the background -------------------------------------------------
 
-    def prepared_summary(
-        self, session_id: str, digest: str, model: str | None
-    ) -> SummaryResult | None:
-        """A summary prepared for exactly this source range and model, taken once."""
+    PREPARATIONS_KEPT = 16
+
+    def claim_preparation(self, session_id: str, key: PreparedKey) -> bool:
+        """True the first time a range is to be prepared; False after (at most once per range,
+        whatever came of it)."""
+        tried = self._preparations.setdefault(session_id, [])
+        if key in tried:
+            return False
+        tried.append(key)
+        del tried[: -self.PREPARATIONS_KEPT]
+        return True
+
+    def prepared_summary(self, session_id: str, key: PreparedKey) -> Any | None:
+        """The summary prepared for exactly this range, model and instructions, taken once."""
         entry = self._prepared.get(session_id)
-        if entry is None or entry[0] != digest or entry[1] != model:
+        if entry is None or entry[0] != key:
             return None
         del self._prepared[session_id]
-        return entry[2]
+        return entry[1]
 
-    def keep_prepared(
-        self, session_id: str, digest: str, model: str | None, result: SummaryResult
-    ) -> None:
-        self._prepared[session_id] = (digest, model, result)
+    def keep_prepared(self, session_id: str, key: PreparedKey, prepared: Any) -> None:
+        self._prepared[session_id] = (key, prepared)
 
-    def has_prepared(
-        self, session_id: str, digest: str | None = None, model: str | None = None
-    ) -> bool:
-        """Whether a summary is prepared (for exactly this range and model, when given)."""
+    def has_prepared(self, session_id: str, key: PreparedKey | None = None) -> bool:
+        """Whether a summary is prepared (for exactly this key, when given)."""
         entry = self._prepared.get(session_id)
         if entry is None:
             return False
-        return digest is None or (entry[0] == digest and entry[1] == model)
+        return key is None or entry[0] == key
 
     # ---- idle ---------------------------------------------------------------------------------
 

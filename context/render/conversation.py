@@ -112,7 +112,22 @@ def summary_marker(data: dict[str, Any], turns: int) -> str:
     if last and last not in text:
         out.append("[the assistant's last message in that part, verbatim]")
         out.append(last)
+    media = data.get("media") or []
+    if media:
+        names = ", ".join(_media_label(m) for m in media)
+        if data.get("mediaDropped"):
+            out.append(
+                f"[images and documents of that part that the window cannot hold: {names}; "
+                "the originals are kept in the session graph]"
+            )
+        else:
+            out.append(f"[images and documents of that part, kept verbatim below: {names}]")
     return "\n\n".join(out)
+
+
+def _media_label(ref: dict[str, Any]) -> str:
+    where = f"returned by {ref['toolUseId']}" if ref.get("toolUseId") else "from the user"
+    return f"{ref.get('name', ref.get('kind', 'media'))} ({where})"
 
 
 def collapse_marker(text: str, turns: int) -> str:
@@ -231,7 +246,27 @@ class _Builder:
 
     def summary(self, proj: Projection, turn: int) -> None:
         assert proj.summary is not None
-        self.marker(summary_marker(proj.summary.data, len(proj.summary_turns)), turn, "summary")
+        data = proj.summary.data
+        self.marker(summary_marker(data, len(proj.summary_turns)), turn, "summary")
+        if not data.get("mediaDropped"):
+            self.emit("user", self.media_parts(data.get("media") or []), turn, "summary")
+
+    def media_parts(self, refs: list[dict[str, Any]]) -> list[Part]:
+        """The images and documents a summary replaced the turns of, from their nodes: the
+        checkpoint never discards multimodal content (spec, final table)."""
+        parts = []
+        for ref in refs:
+            node = self.graph.nodes.get(ref.get("node") or "")
+            if node is None:
+                continue
+            source = node.result if node.kind == "tool" else node.content
+            index = ref.get("block", -1)
+            if not isinstance(source, list) or not 0 <= index < len(source):
+                continue
+            block = source[index]
+            category = TOOL_RESULTS if node.kind == "tool" else USER
+            parts.append(Part(block, category, self.counter.block(block), node.id))
+        return parts
 
     # -- nodes --------------------------------------------------------------------------
 
