@@ -9,7 +9,7 @@ Whatever the records say, a render never hides the path's protected turns (the a
 the latest complete turn, every turn holding a running function). Tiers only cover turns that
 are removable on the path they cut, but a record also applies to every branch forked after its
 covered nodes, and there those turns can be the latest ones: a record touching one is not
-applied there (a snip skips just that turn).
+applied there (a snip skips just that turn; evidence names the turn of its result).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
         records = records + [r for r in extra if graph.record_applies(r, path)]
     undone = {r.data.get("collapse") for r in records if r.kind == UNCOLLAPSE}
     guard: frozenset[str] = frozenset()
-    if any(r.kind in _TURN_KINDS for r in records):
+    if any(r.kind in _GUARDED for r in records):
         guard = protected_starts(graph, path)
     for rec in records:
         kind = rec.kind
@@ -80,7 +80,7 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
             if rec.data["through"] == path.head:
                 continue
             starts = rec.data.get("turns", [])
-        elif kind in _TURN_KINDS and guard.intersection(rec.data.get("turns", [])):
+        elif kind in _GUARDED and guard.intersection(rec.data.get("turns", [])):
             if kind != SNIP:
                 continue  # it would hide a protected turn of this path: not in force here
             starts = [s for s in rec.data.get("turns", []) if s not in guard]
@@ -121,6 +121,9 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
 
 
 _TURN_KINDS = frozenset({SUMMARY, COLLAPSE, SNIP})
+# evidence stands for a result its summary replaced: on a fork where the result's turn is
+# protected (the summary is not in force there), the result shows as it was
+_GUARDED = _TURN_KINDS | {EVIDENCE}
 
 
 def protected_starts(graph: Graph, path: Path) -> frozenset[str]:

@@ -28,6 +28,7 @@
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 import attrs
@@ -314,12 +315,20 @@ def evidence_record(run: Run, evidence: list[tuple[EvidenceSource, str]]) -> lis
     """One `evidence` record per condensed result: the call's id, tool and error flag, the
     line, and the marker that stands in the result's place (the original stays in the
     graph)."""
+    starts = [t.start for t in turns_of(run.path)]
+    ids = run.path.line.ids
+
+    def turn_of(node: str) -> list[str]:
+        at = thread_index(run.graph, node, run.path)
+        return [] if at is None else [ids[starts[bisect.bisect_right(starts, at) - 1]]]
+
     return [
         {
             "kind": EVIDENCE,
             "covers": [src.node],
             "thread": run.thread,
             "data": {
+                "turns": turn_of(src.node),  # not in force where that turn is protected
                 "toolUseId": src.tool_use_id,
                 "tool": src.tool,
                 "isError": src.is_error,

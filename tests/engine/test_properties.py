@@ -144,7 +144,7 @@ def _assistant(draw: Any, world: World) -> dict[str, Any]:
 
 def available(world: World) -> list[str]:
     head = world.head()
-    acts = ["branch", "snip", "clear", "summary", "inside"]
+    acts = ["branch", "snip", "clear", "evidence", "summary", "inside"]
     if len(world.graph.branches) > 1:
         acts.append("checkout")
     if not world.head_pending():
@@ -290,6 +290,19 @@ def _record(draw: Any, world: World, kind: str) -> dict[str, Any] | None:
         chosen.sort(key=lambda t: t.index)
         covers = [i for t in chosen for i in turn_node_ids(g, path, t)]
         return {"kind": "snip", "covers": covers, "data": {"turns": [t.start_id for t in chosen]}}
+    if kind == "evidence":
+        answered = [
+            (c, t)
+            for t in removable
+            for i in path.ids[t.start : t.end]
+            for c in g.calls_of(g.nodes[i])
+            if c.kind == "tool" and c.answered and c.id not in proj.evidence
+        ]
+        if not answered:
+            return None
+        tool, turn = draw(st.sampled_from(answered))
+        data = {"turns": [turn.start_id], "toolUseId": tool.tool_use_id, "isError": tool.is_error}
+        return {"kind": "evidence", "covers": [tool.id], "data": {**data, "text": world.uid("e")}}
     if kind == "clear":
         tools = [
             c
@@ -318,11 +331,18 @@ def _record(draw: Any, world: World, kind: str) -> dict[str, Any] | None:
     upto = draw(st.integers(least, prefix))
     chosen = turns[:upto]
     covers = [i for t in chosen for i in turn_node_ids(g, path, t)]
-    return {
-        "kind": "summary",
-        "covers": covers,
-        "data": {"text": f"summary {world.uid('s')}", "turns": [t.start_id for t in chosen]},
-    }
+    # the images of the range stay after the marker (or, dropped, are named in it)
+    media = list(proj.summary.data.get("media", [])) if proj.summary is not None else []
+    for node_id in covers:
+        node = g.nodes[node_id]
+        source = node.result if node.kind == "tool" else node.content
+        for at, block in enumerate(source if isinstance(source, list) else []):
+            if block.get("type") == "image":
+                media.append({"name": f"image #{len(media) + 1}", "node": node_id, "block": at})
+    data = {"text": f"summary {world.uid('s')}", "turns": [t.start_id for t in chosen]}
+    if media:
+        data |= {"media": media, "mediaDropped": draw(st.booleans())}
+    return {"kind": "summary", "covers": covers, "data": data}
 
 
 def _inside(draw: Any, world: World, rendered: Rendered) -> dict[str, Any] | None:
