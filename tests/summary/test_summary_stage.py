@@ -167,13 +167,22 @@ def image(tag: str) -> dict[str, Any]:
     return {"type": "image", "source": {**PNG, "data": PNG["data"] + tag}}
 
 
+def document(tag: str) -> dict[str, Any]:
+    source = {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQK" + tag}
+    return {"type": "document", "source": source}
+
+
 def pictured_turn(tag: str) -> list[dict[str, Any]]:
     """A request with a screenshot, and a tool that returns one too."""
     use_id = f"toolu_{tag}"
     return [
         {
             "role": "user",
-            "content": [{"type": "text", "text": f"Request {tag}: fix this layout."}, image(tag)],
+            "content": [
+                {"type": "text", "text": f"Request {tag}: fix this layout."},
+                image(tag),
+                document(tag),
+            ],
         },
         assistant(f"Taking a screenshot for {tag}.", tool_use(use_id, "Screenshot")),
         results(
@@ -190,7 +199,7 @@ def images_in(request: dict[str, Any]) -> list[str]:
     for message in request["messages"]:
         content = message["content"]
         for block in content if isinstance(content, list) else []:
-            if block.get("type") == "image":
+            if block.get("type") in ("image", "document"):
                 out.append(block["source"]["data"])
             if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
                 out.extend(b["source"]["data"] for b in block["content"] if b["type"] == "image")
@@ -203,19 +212,20 @@ async def test_images_of_the_replaced_range_stay_in_the_request(
     sid = await open_session(daemon)
     await daemon.append(sid, [*pictured_turn("im0"), *turn("im1"), *turn("im2"), *turn("im3")])
     before = images_in((await daemon.render(sid, window=WINDOW)).request)
-    assert len(before) == 2
+    assert len(before) == 3  # the request's image and document, the tool's screenshot
     fake.push(Reply.answer("CHECKPOINT of the layout work"))
     result = await daemon.compact(sid, window=WINDOW)
     assert result.applied and result.covered_turns == 2
     (summary,) = await records(daemon, sid, "summary")
     assert "Request im0" in " ".join(summary["data"]["userRequests"])
     request = await agree(daemon, sid)
-    assert images_in(request) == before  # both, after the summary, in their order
+    assert images_in(request) == before  # all three, after the summary, in their order
     # the summarizer was told they stay, by name: never a bare "[image]"
     (prompt,) = prompts(fake)
     assert "[image]" not in prompt
     assert "[image #1: kept in the request after the checkpoint]" in prompt
-    assert "[image #2: kept in the request after the checkpoint]" in prompt
+    assert "[document #2: kept in the request after the checkpoint]" in prompt
+    assert "[image #3: kept in the request after the checkpoint]" in prompt
     assert "stay in the agent's context" in systems(fake)[0]
     marker = next(
         b["text"]
@@ -223,7 +233,10 @@ async def test_images_of_the_replaced_range_stay_in_the_request(
         for b in (m["content"] if isinstance(m["content"], list) else [])
         if b.get("type") == "text" and "CHECKPOINT of the layout work" in b["text"]
     )
-    assert "image #1 (from the user), image #2 (returned by toolu_im0)" in marker
+    named = (
+        "image #1 (from the user), document #2 (from the user), image #3 (returned by toolu_im0)"
+    )
+    assert named in marker
 
 
 async def test_a_second_summary_keeps_the_images_of_the_first(
@@ -235,7 +248,7 @@ async def test_a_second_summary_keeps_the_images_of_the_first(
     await daemon.append(sid, [*turn("ik4"), *turn("ik5")])
     assert (await daemon.compact(sid, window=WINDOW)).applied
     request = await agree(daemon, sid)
-    assert len(images_in(request)) == 2
+    assert len(images_in(request)) == 3
     assert len(await records(daemon, sid, "summary")) == 2
 
 
