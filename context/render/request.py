@@ -7,6 +7,7 @@ compaction decisions and the final request always agree.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import attrs
@@ -147,14 +148,15 @@ def render_request(
     *,
     counter: Counter = COUNTER,
     extra_records: list[Record] | None = None,
-    as_seen: bool = False,
+    as_seen: tuple[Collection[str], Collection[str]] | None = None,
 ) -> Rendered:
-    """`as_seen`: render what the model sees once the provider applied Tier 1's server-side
-    clears (their results and inputs replaced as the time path would)."""
+    """`as_seen` (tool node ids whose results, and whose inputs, the provider clears): render
+    what the model sees once the provider applied Tier 1's server-side clear, those results
+    and inputs replaced as the time path would."""
     view = resolve_view(graph, options)
     own = project(graph, view.own, extra_records)
-    if as_seen:
-        own = own.as_seen()
+    if as_seen is not None:
+        own = own.as_seen(*as_seen)
     caller = project(graph, view.caller) if view.caller is not None else None
     conversation = build_conversation(graph, view, own, caller, policy, counter)
     budget = spec.budget()

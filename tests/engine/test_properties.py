@@ -301,7 +301,9 @@ def _record(draw: Any, world: World, kind: str) -> dict[str, Any] | None:
         if not tools:
             return None
         tool = draw(st.sampled_from(tools))
-        return {"kind": "clear", "covers": [tool.id], "data": {"mode": "time"}}
+        # "cache": the provider clears it (and, by its rule, every older compactable use)
+        mode = draw(st.sampled_from(["time", "cache"]))
+        return {"kind": "clear", "covers": [tool.id], "data": {"mode": mode}}
     if kind == "inside":
         return _inside(draw, world, rendered)
     # summary: a prefix of whole removable turns, folding the summary in force
@@ -456,13 +458,14 @@ def check_protected_turns(world: World, branch: str, fmt: str, rendered: Rendere
     saved = g.records
     g.records = keep
     try:
-        baseline = render_request(
-            g,
-            ViewOptions(branch=branch),
-            RequestSpec(format=fmt),
-            policy_from_config(g.config),
-            counter=Counter(),
-        ).request
+        options, spec = ViewOptions(branch=branch), RequestSpec(format=fmt)
+        policy = policy_from_config(g.config)
+        plain = render_request(g, options, spec, policy, counter=Counter())
+        proj = plain.projection
+        if fmt != "anthropic" and proj.server_clears:  # no provider to clear: we do
+            seen = (proj.cache_cleared.keys(), proj.cache_cleared_inputs.keys())
+            plain = render_request(g, options, spec, policy, counter=Counter(), as_seen=seen)
+        baseline = plain.request
     finally:
         g.records = saved
     text = first.content[0]["text"]
@@ -536,9 +539,16 @@ def check_prefix(world: World, branch: str, fmt: str, rendered: Rendered, action
         for rec_id in {r for _turn, r in after - before}:
             assert world.written[rec_id] != branch, f"{rec_id} changed its own branch's past"
         return
-    old, new = stripped(prev.request), stripped(rendered.request)
-    assert {k: v for k, v in old.items() if k != "messages"} == {
-        k: v for k, v in new.items() if k != "messages"
+    # what is sent (the server edit's `keep` counts from the end: it grows with every new
+    # call, which is what holds still what the provider caches) and what the provider caches
+    _check_extends(stripped(prev.request), stripped(rendered.request), {"context_management"})
+    _check_extends(stripped(prev.seen_request), stripped(rendered.seen_request), set())
+
+
+def _check_extends(old: dict[str, Any], new: dict[str, Any], besides: set[str]) -> None:
+    skip = {"messages", *besides}
+    assert {k: v for k, v in old.items() if k not in skip} == {
+        k: v for k, v in new.items() if k not in skip
     }
     om, nm = old["messages"], new["messages"]
     if not om:
