@@ -32,14 +32,14 @@ RECALL_TOOL: dict[str, Any] = {
     "name": TOOL_NAME,
     "description": (
         "Read back content compactd left out of this conversation to fit the context window. "
-        "Every note that says content was cut, cleared or removed names a handle "
-        "(recall:...). Pass it as `handle`; `startLine`/`endLine` (1-based, inclusive) pick "
-        "lines; a long answer is cut to a page and says where to continue."
+        "Every note that says content was cut, cleared or removed names a handle (it starts "
+        "with `recall:`). Pass it as `handle`; `startLine`/`endLine` (1-based, inclusive) "
+        "pick lines; a long answer is cut to a page and says where to continue."
     ),
     "input_schema": {
         "type": "object",
         "properties": {
-            "handle": {"type": "string", "description": "The handle, e.g. recall:n12.0a1b2c3d"},
+            "handle": {"type": "string", "description": "The handle, as the note names it"},
             "startLine": {"type": "integer", "minimum": 1},
             "endLine": {"type": "integer", "minimum": 1},
         },
