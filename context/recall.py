@@ -185,8 +185,15 @@ def range_entries(graph: Graph, node_ids: Iterable[str]) -> list[str]:
     out = []
     for node_id in node_ids:
         for call in graph.calls_of(graph.nodes[node_id]):
-            if has_content(graph, call):
-                out.append(entry(graph.session_id, call, shown_content(graph, call)))
+            if not has_content(graph, call):
+                continue
+            # memoized on the call: a marker is rebuilt on every render of the cascade
+            holder = graph.nodes[call.function] if call.function else call
+            key = ("recall-entry", holder.result_seq, holder.status)
+            line = call.cache.get(key)
+            if line is None:
+                line = call.cache[key] = entry(graph.session_id, call, shown_content(graph, call))
+            out.append(line)
     return out
 
 
