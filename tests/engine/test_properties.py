@@ -46,6 +46,13 @@ from tests.support.invariants import thinking_sequence
 SID = "prop"
 # fsync is what the store tests are about; here it only costs time, so use tmpfs if there is one
 FAST_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+# with recall, a lower arrival limit so that many results are cut and name a handle
+RECALL = {
+    "recall": True,
+    "maxToolResultChars": 60,
+    "truncateHeadChars": 30,
+    "truncateTailChars": 20,
+}
 PREFIX_KEEPING = {"user", "meta", "assistant", "results", "function"}
 
 
@@ -609,7 +616,7 @@ def test_random_sessions_keep_the_invariants(data: st.DataObject) -> None:
     try:
         world = World(root, Engine(Store(root), counter=Counter()))
         recall = data.draw(st.booleans(), label="recall")  # handles in markers, the tool
-        new_session(world.engine, SID, config={"recall": True} if recall else None)
+        new_session(world.engine, SID, config=RECALL if recall else None)
         world.engine.append(SID, messages=[_user(data.draw, world)])
         steps = data.draw(st.integers(4, 20), label="steps")
         for _ in range(steps):
