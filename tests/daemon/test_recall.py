@@ -141,6 +141,10 @@ async def test_the_session_config_turns_recall_on(client: CompactdClient) -> Non
     assert got.truncated is True and len(got.text) <= 500
     assert got.text.startswith("cfg line 10:")
     assert "recall:" not in said((await client.render(sid, recall=False)).request)
+    for bad in ({"recall": "yes"}, {"recallMaxChars": "many"}):
+        with pytest.raises(RpcError) as caught:
+            await client.open_session("r-config-bad", config=bad)
+        assert caught.value.kind == "invalid_config"
 
 
 async def test_a_result_cleared_by_tier_1_comes_back(client: CompactdClient) -> None:
