@@ -251,8 +251,10 @@ def _camel(name: str) -> str:
 
 def request_blocks(rendered: Rendered, counter: Any) -> list[tuple[bytes, int]]:
     """The request as the cache sees it: (content key, tokens) per block, in prefix order
-    (tools, system, then each message's blocks; cache_control marks are not content)."""
-    request = rendered.request
+    (tools, system, then each message's blocks; cache_control marks are not content). With
+    Tier 1's server path that is the request after the provider's clear: a clear re-writes
+    the cache from the cleared point, by the documented rule."""
+    request = rendered.seen_request
     out: list[tuple[bytes, int]] = []
 
     def key(kind: str, value: Any) -> bytes:
@@ -278,6 +280,14 @@ def request_blocks(rendered: Rendered, counter: Any) -> list[tuple[bytes, int]]:
         overhead = MESSAGE_OVERHEAD if position == 0 else 0
         out.append((key(role + str(position == 0), plain), part.tokens + overhead))
     return out
+
+
+def _applied_edits(rendered: Rendered, ratio: float) -> list[dict[str, Any]] | None:
+    """What the provider reports as applied for a request carrying Tier 1's server edit."""
+    if rendered.server is None:
+        return None
+    cleared = round((rendered.sent_estimate - rendered.estimate) * ratio)
+    return [{"type": "clear_tool_uses_20250919", "cleared_input_tokens": cleared}]
 
 
 def scaled(blocks: list[tuple[bytes, int]], ratio: float) -> list[tuple[bytes, int]]:
@@ -458,7 +468,12 @@ def replay(
             recall_counts.observe(rendered.request)
         if not cannot_fit:  # the usage a live client reports after the call
             engine.record_usage(
-                session.id, model or "", {"input_tokens": tokens}, estimated=rendered.estimate
+                session.id,
+                model or "",
+                {"input_tokens": tokens},
+                estimated=rendered.estimate,
+                sent=rendered.sent_estimate,
+                applied_edits=_applied_edits(rendered, ratio),
             )
         limit, window = rendered.budget.limit, rendered.budget.window
         charge = cache.request(scaled(request_blocks(rendered, engine.counter), ratio), at)

@@ -135,7 +135,12 @@ def register(server: CompactdServer, app: App) -> None:
         else:
             rendered, events = engine.render(session.id, params), []
         app.touch(session)
-        return t.RenderResult(rendered.request, rendered.tokens(), [event_json(e) for e in events])
+        return t.RenderResult(
+            rendered.request,
+            rendered.tokens(),
+            [event_json(e) for e in events],
+            rendered.headers,
+        )
 
     @rpc(server, m.CONTEXT_MEASURE)
     def context_measure(ls: CompactdServer, p: t.RenderParams) -> t.MeasureResult:

@@ -200,9 +200,12 @@ class RenderParams:
 
 @attrs.define
 class RenderResult:
-    request: Json
+    request: Json  # the HTTP body to send
     tokens: Json
     events: list[Json]
+    # HTTP headers the request needs — {"anthropic-beta": "context-management-2025-06-27"}
+    # when it carries Tier 1's server-side edit; send them with it (the SDK's `extra_headers`)
+    headers: dict[str, str] = attrs.Factory(dict)
 
 
 @attrs.define

@@ -253,6 +253,7 @@ export interface RenderResult {
   request: JsonObject;
   tokens: JsonObject;
   events: JsonObject[];
+  headers?: { [key: string]: string };
 }
 
 /** Replay a transcript under the cascade, in a scratch store (nothing is kept), and price every request with the provider's cache rules; also for "no management" and, when the transcript records usage, for the recorded run. */
