@@ -148,8 +148,11 @@ async def test_the_session_config_turns_recall_on(client: CompactdClient) -> Non
 
 
 async def test_a_result_cleared_by_tier_1_comes_back(client: CompactdClient) -> None:
+    """The time path (the issue's subject: on the server path the provider writes its own
+    placeholder, which compactd does not render)."""
     sid = "r-clear"
-    await client.open_session(sid, config={"cascadeTarget": 0.85, "recall": True})
+    config = {"cascadeTarget": 0.85, "recall": True, "microcompactMode": "time"}
+    await client.open_session(sid, config=config)
     await client.append(sid, tool_turns("cl", 8, 2000))
     full = (await client.measure(sid)).total
     rendered = await client.render(sid, cascade=True, window=full + 600, max_output_tokens=500)
@@ -159,6 +162,8 @@ async def test_a_result_cleared_by_tier_1_comes_back(client: CompactdClient) -> 
     (handle,) = HANDLE.findall(cleared[0])
     got = await client.recall(sid, handle)
     assert got.text == filler("cl-0", 2000).rstrip("\n") and got.truncated is False
+    openai = await client.render(sid, format="openai", window=full + 600, max_output_tokens=500)
+    assert handle in said(openai.request)
 
 
 async def test_snipped_turns_name_their_results(client: CompactdClient) -> None:
