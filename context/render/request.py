@@ -17,6 +17,7 @@ from ..errors import InvalidContent
 from ..graph import Graph, Record
 from ..policy import Policy
 from ..projection import Projection, project
+from ..recall import with_recall_tool
 from ..tokens import COUNTER, Counter
 from ..visibility import View, ViewOptions, resolve_view
 from .anthropic import to_anthropic
@@ -40,6 +41,7 @@ class RequestSpec:
     format: str = "anthropic"
     cache: bool = True
     cache_ttl: str | None = None
+    recall: bool | None = None  # None: the session's `recall` policy
 
     def __attrs_post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -158,13 +160,14 @@ def render_request(
     if as_seen is not None:
         own = own.as_seen(*as_seen)
     caller = project(graph, view.caller) if view.caller is not None else None
-    conversation = build_conversation(graph, view, own, caller, policy, counter)
+    recall = policy.recall if spec.recall is None else spec.recall
+    conversation = build_conversation(graph, view, own, caller, policy, counter, recall)
     budget = spec.budget()
     common = dict(
         model=spec.model,
         max_tokens=budget.output_reserve,
         system=spec.system,
-        tools=spec.tools,
+        tools=with_recall_tool(spec.tools) if recall else spec.tools,
         response_schema=spec.response_schema,
     )
     if spec.format == "anthropic":

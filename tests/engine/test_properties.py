@@ -22,6 +22,7 @@ from compactd.context.engine import Engine
 from compactd.context.errors import PendingToolResults
 from compactd.context.graph import Graph, Node
 from compactd.context.policy import RUNNING_FUNCTION_PLACEHOLDER, policy_from_config
+from compactd.context.recall import handles_in, recall
 from compactd.context.render.request import Rendered, RequestSpec, render_request
 from compactd.context.store import Store
 from compactd.context.tiers.rolling_summary import cut_points, in_turn_range
@@ -45,6 +46,13 @@ from tests.support.invariants import thinking_sequence
 SID = "prop"
 # fsync is what the store tests are about; here it only costs time, so use tmpfs if there is one
 FAST_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+# with recall, a lower arrival limit so that many results are cut and name a handle
+RECALL = {
+    "recall": True,
+    "maxToolResultChars": 60,
+    "truncateHeadChars": 30,
+    "truncateTailChars": 20,
+}
 PREFIX_KEEPING = {"user", "meta", "assistant", "results", "function"}
 
 
@@ -393,7 +401,20 @@ def check_branch(world: World, branch: str, fmt: str, action: str) -> Rendered |
     else:
         assert b'"thinking"' not in orjson.dumps(request)
     check_prefix(world, branch, fmt, rendered, action)
+    check_handles(world, branch, rendered)
     return rendered
+
+
+def check_handles(world: World, branch: str, rendered: Rendered) -> None:
+    """Every handle a request shows recalls on its branch (and none shows without recall)."""
+    g = world.graph
+    handles = handles_in(rendered.request["messages"])
+    if not g.config.get("recall"):
+        assert not handles
+        return
+    for handle in sorted(handles):
+        got = recall(g, handle, g.branch_path(branch), 3800)
+        assert got.total_lines >= got.end_line >= got.start_line == 1
 
 
 def _find_text(request: dict[str, Any], text: str) -> tuple[int, int]:
@@ -604,7 +625,8 @@ def test_random_sessions_keep_the_invariants(data: st.DataObject) -> None:
     root = Path(tempfile.mkdtemp(prefix="compactd-prop-", dir=FAST_DIR))
     try:
         world = World(root, Engine(Store(root), counter=Counter()))
-        new_session(world.engine, SID)
+        recall = data.draw(st.booleans(), label="recall")  # handles in markers, the tool
+        new_session(world.engine, SID, config=RECALL if recall else None)
         world.engine.append(SID, messages=[_user(data.draw, world)])
         steps = data.draw(st.integers(4, 20), label="steps")
         for _ in range(steps):
