@@ -8,7 +8,7 @@ by the daemon through `cascade`'s summary requests.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import attrs
@@ -218,7 +218,7 @@ class Engine:
         policy = self.policy(session)
         cal = calibration if calibration is not None else self.calibration(session)
 
-        def render(as_seen: bool) -> Rendered:
+        def render(as_seen: tuple[Collection[str], Collection[str]] | None) -> Rendered:
             return render_request(
                 session.graph,
                 params.view,
@@ -230,13 +230,18 @@ class Engine:
                 as_seen=as_seen,
             )
 
-        rendered = render(False)
-        if not rendered.projection.server_clears:
+        rendered = render(None)
+        proj = rendered.projection
+        if not proj.server_clears:
             return rendered
-        seen = render(True)
-        if microcompact.server_path(policy, params.spec):
-            return microcompact.server_edit(session.graph, rendered, seen, policy, params.spec)
-        return seen  # no provider clears this request: the same calls cleared client-side
+        if not microcompact.server_path(policy, params.spec):
+            # no provider clears this request: the same calls are cleared client-side
+            return render((proj.cache_cleared.keys(), proj.cache_cleared_inputs.keys()))
+        plan = microcompact.server_plan(rendered, policy, params.spec)
+        if plan is None:  # the cleared calls are out of this request already
+            return rendered
+        seen = render((plan.results, plan.inputs))
+        return microcompact.server_edit(rendered, seen, plan, policy)
 
     def cascade(
         self,

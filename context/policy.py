@@ -145,6 +145,13 @@ class Policy:
     prepare_idle_seconds: float = 20.0
     # Tier 5 — Reactive
     reactive_margin: float = 0.05
+    # Recall: markers name handles and the request carries `compactd_recall` (off: the
+    # request is byte-identical to one without recall)
+    recall: bool = False
+    # one recall's page; under `max_tool_result_chars` with room for the helper's note, so a
+    # recalled page is never cut again on arrival
+    recall_max_chars: int = 3800
+    recall_list_max: int = 20  # a range marker lists this many of its results' handles
 
 
 _FIELDS = {f.name: f for f in attrs.fields(Policy)}

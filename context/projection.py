@@ -15,6 +15,7 @@ applied there (a snip skips just that turn; evidence names the turn of its resul
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -63,12 +64,21 @@ class Projection:
     def server_clears(self) -> bool:
         return bool(self.cache_cleared or self.cache_cleared_inputs)
 
-    def as_seen(self) -> Projection:
-        """The projection of what the model sees once the provider has applied its clears."""
+    def as_seen(self, results: Iterable[str], inputs: Iterable[str]) -> Projection:
+        """What the model sees once the provider cleared these tool nodes' results and
+        inputs (the provider's rule may reach calls no record names: it clears a prefix)."""
+        records = [*self.cache_cleared.values(), *self.cache_cleared_inputs.values()]
+        fallback = records[-1] if records else None
+        if fallback is None:
+            return self
+
+        def marked(ids: Iterable[str], own: dict[str, Record]) -> dict[str, Record]:
+            return {i: own.get(i, fallback) for i in ids}
+
         return attrs.evolve(
             self,
-            cleared={**self.cache_cleared, **self.cleared},
-            cleared_inputs={**self.cache_cleared_inputs, **self.cleared_inputs},
+            cleared={**marked(results, self.cache_cleared), **self.cleared},
+            cleared_inputs={**marked(inputs, self.cache_cleared_inputs), **self.cleared_inputs},
             cache_cleared={},
             cache_cleared_inputs={},
         )

@@ -7,6 +7,7 @@ compaction decisions and the final request always agree.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import attrs
@@ -16,6 +17,7 @@ from ..errors import InvalidContent
 from ..graph import Graph, Record
 from ..policy import Policy
 from ..projection import Projection, project
+from ..recall import with_recall_tool
 from ..tokens import COUNTER, Counter
 from ..visibility import View, ViewOptions, resolve_view
 from .anthropic import to_anthropic
@@ -39,6 +41,7 @@ class RequestSpec:
     format: str = "anthropic"
     cache: bool = True
     cache_ttl: str | None = None
+    recall: bool | None = None  # None: the session's `recall` policy
     # models the client may fall back to: the request must fit each of them (spec, final
     # table: the budget is recomputed for fallback models); each gets its table's budget
     fallback_models: tuple[str, ...] = ()
@@ -180,16 +183,18 @@ def render_request(
     *,
     counter: Counter = COUNTER,
     extra_records: list[Record] | None = None,
-    as_seen: bool = False,
+    as_seen: tuple[Collection[str], Collection[str]] | None = None,
 ) -> Rendered:
-    """`as_seen`: render what the model sees once the provider applied Tier 1's server-side
-    clears (their results and inputs replaced as the time path would)."""
+    """`as_seen` (tool node ids whose results, and whose inputs, the provider clears): render
+    what the model sees once the provider applied Tier 1's server-side clear, those results
+    and inputs replaced as the time path would."""
     view = resolve_view(graph, options)
     own = project(graph, view.own, extra_records)
-    if as_seen:
-        own = own.as_seen()
+    if as_seen is not None:
+        own = own.as_seen(*as_seen)
     caller = project(graph, view.caller) if view.caller is not None else None
-    conversation = build_conversation(graph, view, own, caller, policy, counter)
+    recall = policy.recall if spec.recall is None else spec.recall
+    conversation = build_conversation(graph, view, own, caller, policy, counter, recall)
     own_budget = spec.budget()
     budget, ratio, models = own_budget, _ratio(calibration, spec.model), []
     if spec.fallback_models:
@@ -201,7 +206,7 @@ def render_request(
         model=spec.model,
         max_tokens=own_budget.output_reserve,
         system=spec.system,
-        tools=spec.tools,
+        tools=with_recall_tool(spec.tools) if recall else spec.tools,
         response_schema=spec.response_schema,
     )
     if spec.format == "anthropic":
