@@ -34,7 +34,8 @@ RECALL_TOOL: dict[str, Any] = {
         "Read back content compactd left out of this conversation to fit the context window. "
         "Every note that says content was cut, cleared or removed names a handle (it starts "
         "with `recall:`). Pass it as `handle`; `startLine`/`endLine` (1-based, inclusive) "
-        "pick lines; a long answer is cut to a page and says where to continue."
+        "pick lines; a long answer is cut to a page and says where to continue. A tool result "
+        "cleared without a handle: pass its tool_use id as the handle."
     ),
     "input_schema": {
         "type": "object",
@@ -207,9 +208,17 @@ class Recalled:
 
 
 def resolve(graph: Graph, handle: str, path: Path) -> Node:
-    """The node a handle names, if it is this session's and lies on `path`."""
+    """The node a handle names, if it is this session's and lies on `path`. A tool_use id
+    stands for its call: the provider's own placeholder (Tier 1's server path) names none."""
     if not handle.startswith(PREFIX):
-        raise UnknownHandle(f"{handle!r} is not a recall handle (recall:<id>)", handle=handle)
+        call = graph.tool_by_use_id(handle)
+        if call is None:
+            raise UnknownHandle(
+                f"{handle!r} is neither a recall handle (recall:<id>) nor a tool_use id of "
+                "this session",
+                handle=handle,
+            )
+        handle = handle_for(graph.session_id, call.id)
     node_id, _, tag = handle[len(PREFIX) :].rpartition(".")
     if not node_id or not _TAG_RE.match(tag):
         raise UnknownHandle(f"{handle!r} is not a well-formed recall handle", handle=handle)

@@ -214,9 +214,12 @@ def test_handles_are_the_sessions_own(engine: Engine) -> None:
     theirs = session_with_a_big_read(engine, "theirs")
     assert mine != theirs and mine.rpartition(".")[0] == theirs.rpartition(".")[0]
     g = engine.session("mine").graph
-    for bad in (theirs, "recall:", "recall:n1", "recall:zz.00000000", "t1", mine + "0"):
+    for bad in (theirs, "recall:", "recall:n1", "recall:zz.00000000", "t9", mine + "0"):
         with pytest.raises(UnknownHandle):
             recall(g, bad, g.branch_path(), 100)
+    # a call's own tool_use id stands for it (the provider's placeholder names no handle)
+    by_id = recall(g, "t1", g.branch_path(), 100)
+    assert by_id == recall(g, mine, g.branch_path(), 100)
     # the same bytes from a fresh engine: handles are a pure function of the graph
     shown = engine.render("mine", params(recall=True)).request
     fresh = Engine(engine.store).render("mine", params(recall=True)).request
