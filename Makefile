@@ -10,7 +10,7 @@ RUN_DATA := .run/data
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,plot]'
+	$(BIN)/python -m pip install -q -e '.[test,plot,postgres]'
 	touch $(STAMP)
 
 install: $(STAMP)
