@@ -160,6 +160,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="summary provider (default: $COMPACTD_SUMMARY_PROVIDER, else none)",
     )
+    parser.add_argument(
+        "--store",
+        default=None,
+        help="where sessions live for a fleet of daemons: postgresql://… (default "
+        "$COMPACTD_STORE, else the files in the data dir)",
+    )
     parser.add_argument("--summary-model", default=None)
     parser.add_argument("--summarize-timeout", type=float, default=120.0)
     parser.add_argument(

@@ -16,7 +16,7 @@ import attrs
 
 from ..context.engine import Engine
 from ..context.session import Session
-from ..context.store import Store
+from ..context.storage import open_store
 from ..context.tiers.base import TierEvent
 from ..protocol import methods
 from ..protocol.types import SessionChangedNotification
@@ -31,6 +31,7 @@ log = logging.getLogger("compactd.daemon")
 @attrs.frozen
 class Settings:
     data_dir: Path
+    store_url: str | None = None  # `--store` / COMPACTD_STORE: postgresql://…; None: the files
     idle_seconds: float | None = None  # default idle threshold for sessions without their own
     idle_check_seconds: float = 30.0
     evict_after_seconds: float = 600.0
@@ -48,9 +49,8 @@ class App:
         defaults: dict[str, Any] = {}
         if settings.idle_seconds is not None:
             defaults["idle_seconds"] = settings.idle_seconds
-        self.engine = Engine(
-            Store(settings.data_dir), defaults=defaults, summary_provider=settings.summary_provider
-        )
+        store = open_store(settings.store_url, settings.data_dir, log=self.store_said)
+        self.engine = Engine(store, defaults=defaults, summary_provider=settings.summary_provider)
         self._providers: dict[tuple[str, str], Any] = {}
         self.last_params: dict[str, Any] = {}  # session -> the RenderParams of its last render
         self.registry = Registry(self.engine, evict_after=settings.evict_after_seconds)
@@ -97,6 +97,12 @@ class App:
         return provider
 
     # ---- notifications --------------------------------------------------------------------
+
+    def store_said(self, level: str, message: str) -> None:
+        """The store's word on its connection (lost, reconnected) goes to the client too."""
+        getattr(log, level if level in ("info", "warning", "error") else "info")(message)
+        kind = {"error": 1, "warning": 2}.get(level, 3)  # LSP MessageType
+        self.server.notify("window/logMessage", {"type": kind, "message": message})
 
     def notify_compacted(self, session_id: str, event: TierEvent) -> None:
         self.server.notify(methods.NOTIFY_COMPACTED, compacted(session_id, event))

@@ -88,7 +88,8 @@ def start(*, durable: bool = False) -> Cluster:
     os.chmod(base, 0o755)  # the socket in it is reachable for the test process
     cluster = Cluster(base, bindir, as_user)
     data = str(base / "data")
-    out = cluster.run("initdb", "-D", data, "-U", SERVER_USER, "--auth=trust", "-E", "UTF8")
+    init = ["initdb", "-D", data, "-U", SERVER_USER, "--auth=trust", "-E", "UTF8"]
+    out = cluster.run(*init, *([] if durable else ["--no-sync"]))
     if out.returncode:
         shutil.rmtree(base, ignore_errors=True)
         raise RuntimeError(f"initdb failed: {out.stderr or out.stdout}")
