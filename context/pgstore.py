@@ -75,11 +75,11 @@ class SchemaTooNew(StoreFailure):
 class PgStore:
     """Sessions in one PostgreSQL database (see the module docstring)."""
 
-    def __init__(self, url: str, *, log: Logger | None = None, max_connections: int = 8) -> None:
-        from .storage import redact
-
+    def __init__(
+        self, url: str, *, location: str, log: Logger | None = None, max_connections: int = 8
+    ) -> None:
         self.url = url
-        self.location = redact(url)
+        self.location = location  # the URL without its password
         self.log = log
         self._local = threading.local()
         try:  # a bad URL or password fails now, with the server's own words

@@ -87,7 +87,7 @@ def open_store(url: str | None, data_dir: Path | str | None, log: Logger | None 
             f"the PostgreSQL store needs the optional extra: pip install 'compactd[postgres]' "
             f"({exc})"
         ) from None
-    return PgStore(url, log=log)
+    return PgStore(url, location=redact(url), log=log)
 
 
 def redact(url: str) -> str:

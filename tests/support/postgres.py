@@ -111,3 +111,26 @@ def running(*, durable: bool = False) -> Iterator[Cluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+# ---- the daemon end-to-end tests on PostgreSQL (COMPACTD_TEST_STORE=postgres) ------------------
+
+DAEMON_CLUSTER: Cluster | None = None
+"""Set by `tests/daemon/conftest.py` when the daemons of this run use PostgreSQL."""
+DAEMON_STORES: dict[Path, str] = {}
+"""Each data dir's database: daemons started on one data dir share it, as they share files."""
+
+
+def daemon_store_args(data_dir: Path) -> list[str]:
+    """`--store URL` for a daemon on `data_dir` when this run tests PostgreSQL, else nothing."""
+    url = daemon_store_url(data_dir)
+    return ["--store", url] if url else []
+
+
+def daemon_store_url(data_dir: Path) -> str | None:
+    if DAEMON_CLUSTER is None:
+        return None
+    key = Path(data_dir).resolve()
+    if key not in DAEMON_STORES:
+        DAEMON_STORES[key] = DAEMON_CLUSTER.database("d")
+    return DAEMON_STORES[key]
