@@ -122,8 +122,10 @@ class PgStore:
         self._pool.close()
 
     def _say(self, level: str, message: str) -> None:
+        """Tell the owner; a listener that fails must not fail the store's own work."""
         if self.log is not None:
-            self.log(level, message)
+            with contextlib.suppress(Exception):
+                self.log(level, message)
 
     def _ensure_schema(self) -> None:
         """Create the schema on first use; refuse one newer than this code."""

@@ -100,9 +100,12 @@ class App:
 
     def store_said(self, level: str, message: str) -> None:
         """The store's word on its connection (lost, reconnected) goes to the client too."""
+        from lsprotocol.types import LogMessageParams, MessageType
+
         getattr(log, level if level in ("info", "warning", "error") else "info")(message)
-        kind = {"error": 1, "warning": 2}.get(level, 3)  # LSP MessageType
-        self.server.notify("window/logMessage", {"type": kind, "message": message})
+        kind = {"error": MessageType.Error, "warning": MessageType.Warning}.get(level)
+        params = LogMessageParams(type=kind or MessageType.Info, message=message)
+        self.server.protocol.notify("window/logMessage", params)
 
     def notify_compacted(self, session_id: str, event: TierEvent) -> None:
         self.server.notify(methods.NOTIFY_COMPACTED, compacted(session_id, event))
