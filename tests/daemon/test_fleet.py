@@ -24,7 +24,7 @@ from compactd.clients.client import CompactdClient
 from compactd.context.storage import open_store
 
 from .conftest import ON_POSTGRES, spawn
-from .convo import user
+from .convo import tool_turns, user
 
 pytestmark = pytest.mark.skipif(
     ON_POSTGRES, reason="starts its own databases; it runs once, in the files run"
@@ -247,3 +247,39 @@ def test_a_newer_schema_is_refused(pg_url: str, tmp_path: Path) -> None:
     out = _serve(tmp_path, "--store", pg_url)
     assert out.returncode == 2
     assert "schema version 99" in out.stderr and "upgrade compactd" in out.stderr
+
+
+async def test_idle_work_runs_on_one_daemon_only(pg_url: str, tmp_path: Path) -> None:
+    """Two daemons hold the session when it goes idle; the claim (an advisory lock) lets one
+    clear, and the other reads that clear instead of writing its own. While someone else
+    holds the claim, neither does anything."""
+    short = ("--store", pg_url, "--idle-seconds", "1", "--idle-check-seconds", "0.1")
+    a, b = await asyncio.gather(spawn(tmp_path / "a", *short), spawn(tmp_path / "b", *short))
+    heard: list[dict[str, Any]] = []
+    for client in (a, b):
+        client.on_notification("session/idle", heard.append)
+    try:
+        sid = "fleet-idle"
+        key = f"compactd:{sid}"
+        with psycopg.connect(pg_url, autocommit=True) as third:
+            # a third holder of the claim: while it has it, neither daemon does idle work
+            third.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (key,))
+            await a.open_session(sid)
+            await a.append(sid, tool_turns("idle", 8))
+            await b.open_session(sid)
+            await asyncio.sleep(2.0)  # past the idle threshold, many idle checks
+            assert heard == []
+            third.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (key,))
+
+        async def cleared() -> None:
+            while not heard:
+                await asyncio.sleep(0.05)
+
+        await asyncio.wait_for(cleared(), WAIT)
+        await asyncio.sleep(1.0)  # both idle loops run several more times
+        view = await b.get(sid)
+    finally:
+        codes = await asyncio.gather(a.close(), b.close())
+    assert codes == [0, 0]
+    assert len(heard) == 1, heard
+    assert sorted(r["kind"] for r in view["records"]) == ["clear", "idle"]  # one of each

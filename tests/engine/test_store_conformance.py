@@ -280,3 +280,19 @@ def test_an_import_that_fails_leaves_no_session(
         raise Boom
     assert not backend.engine().library.exists("half")
     assert "half" not in backend.store().list_sessions()
+
+
+def test_the_background_claim_is_held_by_one_at_a_time(backend: Backend) -> None:
+    """Two processes' stores (here two store objects): while one holds a session's claim the
+    other is refused without waiting; another session's claim is free; released, it is free."""
+    a, b = backend.store(), backend.store()
+    new_session(Engine(a), "claimed")
+    new_session(Engine(a), "other")
+    with a.claim("claimed") as mine:
+        assert mine
+        with b.claim("claimed") as theirs:
+            assert not theirs
+        with b.claim("other") as free:
+            assert free
+    with b.claim("claimed") as now_theirs:
+        assert now_theirs
