@@ -11,6 +11,7 @@ byte offset in a file, the last `seq` read in the database.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -91,7 +92,8 @@ def open_store(url: str | None, data_dir: Path | str | None, log: Logger | None 
 
 
 def redact(url: str) -> str:
-    """The URL without its password, to show or log."""
+    """The URL without its password (in its user part or a `password=` parameter)."""
+    url = re.sub(r"(?i)([?&]password=)[^&]*", r"\1***", url)
     head, sep, rest = url.partition("://")
     if not sep or "@" not in rest.split("/", 1)[0]:
         return url
