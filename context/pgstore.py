@@ -295,11 +295,13 @@ class PgStore:
             return
 
         def begin(c: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-            c.execute("BEGIN")
             try:
-                row = c.execute(
-                    "SELECT head_seq FROM compactd.sessions WHERE sid = %s FOR UPDATE", (sid,)
-                ).fetchone()
+                with c.pipeline():  # one round trip for both
+                    c.execute("BEGIN")
+                    cur = c.execute(
+                        "SELECT head_seq FROM compactd.sessions WHERE sid = %s FOR UPDATE", (sid,)
+                    )
+                row = cur.fetchone()
             except BaseException:
                 _rollback(c)
                 raise
@@ -347,12 +349,16 @@ class PgStore:
         seqs = [int(e["seq"]) for e in events]
         batch = uuid.uuid4()
         try:
-            conn.execute(
-                f"""WITH ins AS ({INSERT_EVENTS} RETURNING 1)
-                UPDATE compactd.sessions SET head_seq = %(head)s, bytes = bytes + %(size)s,
-                    updated = now()
-                WHERE sid = %(sid)s""",
+            conn.execute(  # one statement, one round trip: events, the session row, NOTIFY
+                f"""WITH ins AS ({INSERT_EVENTS} RETURNING 1),
+                upd AS (
+                    UPDATE compactd.sessions SET head_seq = %(head)s, bytes = bytes + %(size)s,
+                        updated = now()
+                    WHERE sid = %(sid)s RETURNING sid
+                )
+                SELECT pg_notify(%(channel)s, sid), (SELECT count(*) FROM ins) FROM upd""",
                 {
+                    "channel": CHANNEL,
                     "sid": sid,
                     "batch": batch,
                     "seqs": seqs,
@@ -361,7 +367,6 @@ class PgStore:
                     "size": size,
                 },
             )
-            conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, sid))
         except psycopg.errors.UniqueViolation:
             _rollback(conn)
             raise StoreFailure(

@@ -296,3 +296,37 @@ def test_the_background_claim_is_held_by_one_at_a_time(backend: Backend) -> None
             assert free
     with b.claim("claimed") as now_theirs:
         assert now_theirs
+
+
+def test_a_held_lock_refuses_the_other_writer(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While one writer holds the session's lock another waits, then gets a typed refusal
+    (the files' lock timeout; the database's lock_timeout), and nothing is written."""
+    from compactd.context import pgstore, store
+
+    monkeypatch.setattr(store, "LOCK_TIMEOUT_SECONDS", 0.3)
+    monkeypatch.setattr(pgstore, "LOCK_TIMEOUT_SECONDS", 0.3)
+    holder, other = backend.store(), backend.engine()
+    sid = new_session(other, "held")
+    before = _log(backend.store(), sid)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with holder.locked(sid):
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        assert held.wait(10)
+        with pytest.raises(StoreFailure) as caught:
+            other.append(sid, messages=[user("blocked")])
+        assert "locked" in str(caught.value)
+        assert _log(backend.store(), sid) == before
+    finally:
+        release.set()
+        t.join()
+    other.append(sid, messages=[user("free again")])
+    assert _texts(backend.engine(), sid) == ["free again"]
