@@ -90,7 +90,12 @@ class Policy:
     microcompact_keep_recent: int = 5
     microcompact_keep_last: int = 1  # the last resort before "cannot fit" keeps only these
     idle_seconds: float = 90 * 60
-    microcompact_mode: str = "time"  # "time" (client-side placeholder) | "cache" (Anthropic edits)
+    # "cache": on the Anthropic format the provider clears server-side (context editing), the
+    # messages never change; other formats and the idle pass take the time path anyway.
+    # "time": always the client-side placeholder
+    microcompact_mode: str = "cache"
+    # the least a server-side clear must free (the edit's `clear_at_least`, in tokens): under
+    # it a clear is not worth re-writing the cached prefix from the cleared point
     microcompact_cache_clear_at_least: int = 5000
     # count-triggered clears while the cache is warm and under threshold: "defer" | "apply"
     microcompact_warm: str = "economic"  # "economic" | "defer" | "apply"
@@ -130,6 +135,13 @@ class Policy:
     prepare_idle_seconds: float = 20.0
     # Tier 5 — Reactive
     reactive_margin: float = 0.05
+    # Recall: markers name handles and the request carries `compactd_recall` (off: the
+    # request is byte-identical to one without recall)
+    recall: bool = False
+    # one recall's page; under `max_tool_result_chars` with room for the helper's note, so a
+    # recalled page is never cut again on arrival
+    recall_max_chars: int = 3800
+    recall_list_max: int = 20  # a range marker lists this many of its results' handles
 
 
 _FIELDS = {f.name: f for f in attrs.fields(Policy)}
@@ -169,7 +181,7 @@ def policy_from_config(config: dict[str, Any] | None) -> Policy:
             "config 'microcompactWarm' must be 'economic', 'defer' or 'apply'",
             field="microcompactWarm",
         )
-    if overrides.get("microcompact_mode", "time") not in ("time", "cache"):
+    if overrides.get("microcompact_mode", "cache") not in ("time", "cache"):
         raise InvalidConfig(
             "config 'microcompactMode' must be 'time' or 'cache'", field="microcompactMode"
         )

@@ -6,6 +6,7 @@ from typing import Any
 
 from ..context.engine import RenderParams as EngineRenderParams
 from ..context.policy import policy_from_config
+from ..context.recall import recall
 from ..context.render.request import RequestSpec
 from ..context.session import UNSET
 from ..context.visibility import ViewOptions
@@ -35,6 +36,7 @@ def engine_params(p: t.RenderParams | t.CompactParams | t.SnipParams) -> EngineR
         format=p.format,
         cache=getattr(p, "cache", True),
         cache_ttl=getattr(p, "cache_ttl", None),
+        recall=getattr(p, "recall", None),
     )
     return EngineRenderParams(view=view, spec=spec)
 
@@ -133,7 +135,12 @@ def register(server: CompactdServer, app: App) -> None:
         else:
             rendered, events = engine.render(session.id, params), []
         app.touch(session)
-        return t.RenderResult(rendered.request, rendered.tokens(), [event_json(e) for e in events])
+        return t.RenderResult(
+            rendered.request,
+            rendered.tokens(),
+            [event_json(e) for e in events],
+            rendered.headers,
+        )
 
     @rpc(server, m.CONTEXT_MEASURE)
     def context_measure(ls: CompactdServer, p: t.RenderParams) -> t.MeasureResult:
@@ -180,6 +187,22 @@ def register(server: CompactdServer, app: App) -> None:
         session = app.session(p.session_id)
         record_id = engine.uncollapse(session.id, p.collapse_id)
         return t.UncollapseResult(record_id is not None, record_id)
+
+    @rpc(server, m.CONTEXT_RECALL)
+    def context_recall(ls: CompactdServer, p: t.RecallParams) -> t.RecallResult:
+        session = app.session(p.session_id)
+        g = session.graph
+        got = recall(
+            g,
+            p.handle,
+            g.branch_path(p.branch),
+            engine.policy(session).recall_max_chars,
+            p.start_line,
+            p.end_line,
+        )
+        return t.RecallResult(
+            got.text, got.total_lines, got.start_line, got.end_line, got.truncated
+        )
 
     @rpc(server, m.CONTEXT_REPORT_USAGE)
     def report_usage(ls: CompactdServer, p: t.ReportUsageParams) -> t.ReportUsageResult:

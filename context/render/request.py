@@ -7,6 +7,7 @@ compaction decisions and the final request always agree.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import attrs
@@ -16,6 +17,7 @@ from ..errors import InvalidContent
 from ..graph import Graph, Record
 from ..policy import Policy
 from ..projection import Projection, project
+from ..recall import with_recall_tool
 from ..tokens import COUNTER, Counter
 from ..visibility import View, ViewOptions, resolve_view
 from .anthropic import to_anthropic
@@ -39,6 +41,7 @@ class RequestSpec:
     format: str = "anthropic"
     cache: bool = True
     cache_ttl: str | None = None
+    recall: bool | None = None  # None: the session's `recall` policy
 
     def __attrs_post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -59,14 +62,40 @@ class RenderParams:
 
 
 @attrs.define
+class ServerEdit:
+    """Tier 1's server path on a rendered request: what is sent differs from what the model
+    sees. `Rendered` measures what the model sees; this keeps the request as sent."""
+
+    seen_request: dict[str, Any]  # the request after the provider's clears (what it caches)
+    sent_estimate: int  # our count of the request as sent, before the provider clears
+    headers: dict[str, str]  # HTTP headers the request needs (the context-management beta)
+
+
+@attrs.define
 class Rendered:
-    request: dict[str, Any]
-    tally: Tally
+    request: dict[str, Any]  # the body to send
+    tally: Tally  # of what the model sees (after a server-side clear, if any)
     ratio: float
     budget: Budget
     conversation: Conversation
     projection: Projection
     view: View
+    server: ServerEdit | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """HTTP headers to send with `request` (a beta it uses); empty for most requests."""
+        return dict(self.server.headers) if self.server is not None else {}
+
+    @property
+    def seen_request(self) -> dict[str, Any]:
+        """The request as the model (and the provider's cache) sees it."""
+        return self.server.seen_request if self.server is not None else self.request
+
+    @property
+    def sent_estimate(self) -> int:
+        """Our count of the request as sent (the provider's clears not taken off)."""
+        return self.server.sent_estimate if self.server is not None else self.tally.prompt
 
     @property
     def categories(self) -> dict[str, int]:
@@ -107,6 +136,8 @@ class Rendered:
             "categories": {k: cats[k] for k in ALL_CATEGORIES},
             "turns": self.conversation.turns_total,
             "turnsShown": self.conversation.turns_shown,
+            # what the provider will clear server-side (Tier 1's server path), not in `total`
+            "clearedByProvider": round((self.sent_estimate - self.tally.prompt) * self.ratio),
         }
 
 
@@ -119,17 +150,24 @@ def render_request(
     *,
     counter: Counter = COUNTER,
     extra_records: list[Record] | None = None,
+    as_seen: tuple[Collection[str], Collection[str]] | None = None,
 ) -> Rendered:
+    """`as_seen` (tool node ids whose results, and whose inputs, the provider clears): render
+    what the model sees once the provider applied Tier 1's server-side clear, those results
+    and inputs replaced as the time path would."""
     view = resolve_view(graph, options)
     own = project(graph, view.own, extra_records)
+    if as_seen is not None:
+        own = own.as_seen(*as_seen)
     caller = project(graph, view.caller) if view.caller is not None else None
-    conversation = build_conversation(graph, view, own, caller, policy, counter)
+    recall = policy.recall if spec.recall is None else spec.recall
+    conversation = build_conversation(graph, view, own, caller, policy, counter, recall)
     budget = spec.budget()
     common = dict(
         model=spec.model,
         max_tokens=budget.output_reserve,
         system=spec.system,
-        tools=spec.tools,
+        tools=with_recall_tool(spec.tools) if recall else spec.tools,
         response_schema=spec.response_schema,
     )
     if spec.format == "anthropic":

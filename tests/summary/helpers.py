@@ -15,7 +15,7 @@ from rich.console import Console
 
 from tests.cascade.helpers import assistant, blocks, results, tool_result, tool_use, user
 from tests.support.fake_anthropic import FakeAnthropic
-from tests.support.invariants import check_anthropic_pairing, recount_anthropic
+from tests.support.invariants import check_anthropic_pairing, recount_anthropic, server_view
 from tests.support.logs import log_bytes  # noqa: F401 (re-exported)
 
 WINDOW = 32_000
@@ -99,7 +99,7 @@ async def agree(client: CompactdClient, sid: str, **budget: Any) -> dict[str, An
     assert measure.free == tokens["free"] and measure.limit == tokens["limit"]
     request = rendered.request
     check_anthropic_pairing(request)
-    assert tokens["estimate"] == recount_anthropic(request, Counter())
+    assert tokens["estimate"] == recount_anthropic(server_view(request), Counter())
     # the panel shows exactly those numbers
     console = Console(file=io.StringIO(), width=140, color_system=None)
     console.print(build_panel(unstructure(measure), title="ctx"))

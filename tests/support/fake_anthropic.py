@@ -951,9 +951,18 @@ class FakeAnthropic:
         content = (
             reply.content if reply.content is not None else [{"type": "text", "text": reply.text}]
         )
-        input_tokens = (
-            reply.input_tokens if reply.input_tokens is not None else estimate_prompt_tokens(body)
-        )
+        edits: list[dict[str, Any]] | None = None
+        if "context_management" in body:
+            if reply.applied_edits is not None:
+                edits = reply.applied_edits
+            elif self.applied_edits is not None:
+                edits = self.applied_edits
+            else:
+                edits = compute_applied_edits(body)
+        input_tokens = reply.input_tokens
+        if input_tokens is None:  # like the API: the prompt after its own context edits
+            cleared = sum(int(e.get("cleared_input_tokens", 0)) for e in edits or [])
+            input_tokens = max(1, estimate_prompt_tokens(body) - cleared)
         output_tokens = reply.output_tokens
         if output_tokens is None:
             output_tokens = estimate_tokens(content) if content else 1
@@ -972,13 +981,7 @@ class FakeAnthropic:
                 "cache_read_input_tokens": reply.cache_read_input_tokens,
             },
         }
-        if "context_management" in body:
-            if reply.applied_edits is not None:
-                edits = reply.applied_edits
-            elif self.applied_edits is not None:
-                edits = self.applied_edits
-            else:
-                edits = compute_applied_edits(body)
+        if edits is not None:
             message["context_management"] = {"applied_edits": edits}
         return message
 
