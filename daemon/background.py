@@ -11,11 +11,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine
-from pathlib import Path
 from typing import Any
 
 from ..context.session import Session
-from ..context.store import LOG_SUFFIX
 from ..protocol import methods
 from ..protocol.types import SessionIdleNotification
 from .app import App
@@ -35,6 +33,15 @@ def start(app: App) -> list[Coroutine[Any, Any, None]]:
 
 
 def run_idle_if_due(app: App, session: Session) -> None:
+    """Idle work, on one daemon per session at a time (the store's claim): the one that
+    holds it first reads what the others wrote, so nothing is cleared twice."""
+    with app.engine.store.claim(session.id) as mine:
+        if mine:
+            session.catch_up()
+            _run_idle(app, session)
+
+
+def _run_idle(app: App, session: Session) -> None:
     idle = app.engine.idle_due(session)
     if idle is None:
         return
@@ -56,10 +63,20 @@ async def idle_loop(app: App) -> None:
                 if app.registry.lock(sid).locked():
                     continue
                 session = app.engine.sessions.get(sid)
+<<<<<<< HEAD
                 if session is not None:
                     session.catch_up()
                     run_idle_if_due(app, session)
                     prepare_if_idle(app, session)
+=======
+                if session is None:
+                    continue
+                with app.engine.store.claim(sid) as mine:
+                    if mine:
+                        session.catch_up()
+                        _run_idle(app, session)
+                        await prepare_if_idle(app, session)
+>>>>>>> postgres
         except Exception:
             log.exception("idle check failed")
 
@@ -88,22 +105,18 @@ async def _prepare(app: App, session_id: str, params: Any) -> None:
 
 
 async def watch_loop(app: App) -> None:
-    """Notice appends by other daemons on this data dir and apply them."""
-    from watchfiles import awatch
-
-    store = app.engine.store
-    store.ensure_dirs()
-    async for changes in awatch(store.sessions_dir, debounce=20, step=10, recursive=False):
-        for _change, path in changes:
-            name = Path(path).name
-            if not name.endswith(LOG_SUFFIX) or name.startswith("."):
+    """Notice appends by other daemons on this store (file changes, or the database's
+    notifications) and apply them; `""` means anything may have changed."""
+    async for sid in app.engine.store.watch():
+        targets = [sid] if sid else list(app.engine.sessions)
+        for target in targets:
+            session = app.engine.sessions.get(target)
+            if session is None:
                 continue
-            session = app.engine.sessions.get(name[: -len(LOG_SUFFIX)])
-            if session is not None:
-                try:
-                    session.catch_up()
-                except Exception:
-                    log.exception("catching up %s failed", session.id)
+            try:
+                session.catch_up()
+            except Exception:
+                log.exception("catching up %s failed", session.id)
 
 
 async def warm_tokenizer() -> None:

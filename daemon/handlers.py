@@ -56,8 +56,8 @@ def register(server: CompactdServer, app: App) -> None:
     def session_list(ls: CompactdServer, p: t.ListParams) -> t.ListResult:
         out = []
         for sid in engine.list():
-            stat = engine.store.log_path(sid).stat()
-            out.append(t.SessionInfo(sid, stat.st_size, stat.st_mtime, sid in engine.sessions))
+            stat = engine.store.stat(sid)
+            out.append(t.SessionInfo(sid, stat.size, stat.mtime, sid in engine.sessions))
         return t.ListResult(out)
 
     @rpc(server, m.SESSION_GET)
@@ -229,7 +229,7 @@ def register(server: CompactdServer, app: App) -> None:
 
         return t.StatusResult(
             __version__,
-            str(engine.store.root),
+            engine.store.location,
             app.registry.loaded(),
             engine.summary_provider,
             # the threshold in force for sessions without their own (the spec's 90 minutes
