@@ -63,20 +63,10 @@ async def idle_loop(app: App) -> None:
                 if app.registry.lock(sid).locked():
                     continue
                 session = app.engine.sessions.get(sid)
-<<<<<<< HEAD
-                if session is not None:
-                    session.catch_up()
-                    run_idle_if_due(app, session)
-                    prepare_if_idle(app, session)
-=======
                 if session is None:
                     continue
-                with app.engine.store.claim(sid) as mine:
-                    if mine:
-                        session.catch_up()
-                        _run_idle(app, session)
-                        await prepare_if_idle(app, session)
->>>>>>> postgres
+                run_idle_if_due(app, session)  # under the store's claim
+                prepare_if_idle(app, session)
         except Exception:
             log.exception("idle check failed")
 
@@ -96,8 +86,11 @@ def prepare_if_idle(app: App, session: Session) -> None:
 
 
 async def _prepare(app: App, session_id: str, params: Any) -> None:
+    """Under the store's claim, so two daemons on one store never prepare the same range."""
     try:
-        await prepare_summary(app, session_id, params)
+        with app.engine.store.claim(session_id) as mine:
+            if mine:
+                await prepare_summary(app, session_id, params)
     except Exception:
         log.exception("preparing a summary for %s failed", session_id)
     finally:
