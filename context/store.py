@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,11 @@ from filelock import FileLock, Timeout
 
 from .errors import InvalidContent, InvalidSessionId, StoreFailure, UnknownSession
 
-SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+"""Always used with `fullmatch`: `$` would also match before a trailing newline (`"a\\n"`)."""
 LOG_SUFFIX = ".jsonl"
 LOCK_TIMEOUT_SECONDS = 10.0
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # logs and locks are never opened through a symlink
 TORN_SEAL = b" [torn]\n"
 """Ends a torn tail before the next append. A bare newline is not enough: a crash between an
 event's last byte and its newline leaves a whole JSON object, which a newline would turn back
@@ -42,9 +45,27 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("compactd", appauthor=False))
 
 
+def make_private_dirs(folder: Path) -> None:
+    """`mkdir -p` where each folder created is 0700; existing folders are left as they are."""
+    missing: list[Path] = []
+    for candidate in (folder, *folder.parents):
+        if candidate.is_dir():
+            break
+        missing.append(candidate)
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            if not path.is_dir():
+                raise
+            continue  # another process made it first: theirs, leave its mode alone
+        os.chmod(path, 0o700)  # ours: the umask may have taken bits away, never adds any
+
+
 def check_session_id(session_id: Any) -> str:
     """A session id that can only ever name a file inside the data dir."""
-    if not isinstance(session_id, str) or not SESSION_ID_RE.match(session_id) or ".." in session_id:
+    well_formed = isinstance(session_id, str) and SESSION_ID_RE.fullmatch(session_id)
+    if not well_formed or ".." in session_id:
         raise InvalidSessionId(
             f"invalid session id {session_id!r}: use 1-128 letters, digits, '_', '-' or '.', "
             "starting with a letter or digit",
@@ -78,12 +99,13 @@ class Store:
     # ---- paths ---------------------------------------------------------------------------
 
     def ensure_dirs(self) -> None:
-        for folder in (self.root, self.sessions_dir):
-            try:
-                folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-                os.chmod(folder, 0o700)
-            except OSError as exc:
-                raise StoreFailure(f"cannot create data dir {folder}: {exc.strerror}") from exc
+        """Create what is missing of the data dir, every new folder 0700 (parents too, whatever
+        the umask). A folder that exists keeps its mode: it may be shared on purpose."""
+        try:
+            make_private_dirs(self.sessions_dir)
+        except OSError as exc:
+            # the path is the user's own but stays out of errors a client may show anywhere
+            raise StoreFailure(f"cannot create the data dir: {exc.strerror}") from exc
 
     def log_path(self, session_id: str) -> Path:
         return self.sessions_dir / f"{check_session_id(session_id)}{LOG_SUFFIX}"
@@ -102,7 +124,7 @@ class Store:
             name = entry.name
             if name.endswith(LOG_SUFFIX) and not name.startswith("."):
                 sid = name[: -len(LOG_SUFFIX)]
-                if SESSION_ID_RE.match(sid):
+                if SESSION_ID_RE.fullmatch(sid):
                     out.append(sid)
         return sorted(out)
 
@@ -115,18 +137,32 @@ class Store:
         if lock is None:
             self.ensure_dirs()
             lock_file = self.lock_path(session_id)
-            if not lock_file.exists():
-                fd = os.open(lock_file, os.O_CREAT | os.O_WRONLY, 0o600)
+            try:  # never through a symlink: it could make or touch a file anywhere
+                flags = os.O_CREAT | os.O_WRONLY | _NOFOLLOW | os.O_NONBLOCK
+                fd = os.open(lock_file, flags, 0o600)
                 os.close(fd)
+            except OSError as exc:
+                raise StoreFailure(
+                    f"session {session_id}: its lock file cannot be opened ({exc.strerror})",
+                    sessionId=session_id,
+                ) from None
             lock = FileLock(str(lock_file), timeout=LOCK_TIMEOUT_SECONDS, mode=0o600)
             self._locks[session_id] = lock  # one lock object per session: building one is slow
         try:
-            with lock:
-                yield
+            lock.acquire()
         except Timeout as exc:
             raise StoreFailure(
                 f"session {session_id} is locked by another writer", sessionId=session_id
             ) from exc
+        except OSError as exc:  # filelock refuses a lock file that became a symlink (ELOOP)
+            raise StoreFailure(
+                f"session {session_id}: its lock file cannot be used ({exc.strerror})",
+                sessionId=session_id,
+            ) from None
+        try:
+            yield
+        finally:
+            lock.release()
 
     # ---- reading -------------------------------------------------------------------------
 
@@ -137,15 +173,21 @@ class Store:
         reported, not returned, and `end_offset` stops before it."""
         path = self.log_path(session_id)
         try:
-            with open(path, "rb") as fh:
-                fh.seek(offset)
-                data = fh.read()
+            fd = os.open(path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
-            raise UnknownSession(
-                f"no session {session_id!r} in {self.sessions_dir}", sessionId=session_id
-            ) from None
+            raise UnknownSession(f"no session {session_id!r}", sessionId=session_id) from None
         except OSError as exc:
             raise StoreFailure(f"cannot read session {session_id}: {exc.strerror}") from exc
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise StoreFailure(f"the log of session {session_id} is not a regular file")
+            with open(fd, "rb", closefd=False) as fh:
+                fh.seek(offset)
+                data = fh.read()
+        except OSError as exc:
+            raise StoreFailure(f"cannot read session {session_id}: {exc.strerror}") from exc
+        finally:
+            os.close(fd)
         report = LoadReport(end_offset=offset)
         events: list[dict[str, Any]] = []
         complete_end = data.rfind(b"\n") + 1
@@ -178,7 +220,8 @@ class Store:
         self.ensure_dirs()
         path = self.log_path(session_id)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | _NOFOLLOW
+            fd = os.open(path, flags, 0o600)
         except FileExistsError:
             raise StoreFailure(
                 f"session {session_id} already exists", sessionId=session_id
@@ -197,13 +240,16 @@ class Store:
         Returns only once the bytes are on disk."""
         path = self.log_path(session_id)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_APPEND)
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | _NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             raise UnknownSession(f"no session {session_id!r}", sessionId=session_id) from None
         except OSError as exc:
             raise StoreFailure(f"cannot open session {session_id}: {exc.strerror}") from exc
         try:
-            size = os.fstat(fd).st_size
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise StoreFailure(f"the log of session {session_id} is not a regular file")
+            size = info.st_size
             prefix = b""
             if size:
                 last = os.pread(fd, 1, size - 1)
