@@ -59,6 +59,15 @@ COMPACTABLE_TOOLS: dict[str, tuple[str, ...]] = {
     "FileWrite": ("FileWrite", "Write", "write_file", "create", "create_file"),
 }
 
+# Input limits (docs/security.md): the most one request, one message and one imported file may
+# weigh. Generous for real work, small enough that no input can make the daemon hang on it.
+MAX_REQUEST_BYTES = 64 * 2**20
+"""One JSON-RPC message's body (its Content-Length)."""
+MAX_MESSAGE_BYTES = 16 * 2**20
+"""One message, node, tool result or function output, as stored (JSON bytes)."""
+MAX_IMPORT_BYTES = 256 * 2**20
+"""One transcript file `session/import` or `session/replay` reads (and each file it refers to)."""
+
 CLEARED_PLACEHOLDER = (
     "[Old tool result content cleared by compactd; the original is kept in the session graph.]"
 )
@@ -130,6 +139,10 @@ class Policy:
     prepare_idle_seconds: float = 20.0
     # Tier 5 — Reactive
     reactive_margin: float = 0.05
+    # Input limits (the daemon's defaults come from its environment; see docs/security.md)
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    max_import_bytes: int = MAX_IMPORT_BYTES
+    max_request_bytes: int = MAX_REQUEST_BYTES
 
 
 _FIELDS = {f.name: f for f in attrs.fields(Policy)}
