@@ -195,3 +195,19 @@ def _snake(name: str) -> str:
 
 def is_compactable(policy: Policy, tool_name: str | None) -> bool:
     return tool_name is not None and tool_name in policy.compactable_tools
+
+
+DAEMON_WIDE = ("max_message_bytes", "max_import_bytes", "max_request_bytes")
+"""Policy values that protect the daemon itself: set for the whole daemon (its environment,
+`docs/security.md`), never by one session's config."""
+
+
+def check_session_config(config: dict[str, Any]) -> None:
+    """A session config may not set a daemon-wide limit."""
+    for key in config:
+        if _snake(key) in DAEMON_WIDE:
+            raise InvalidConfig(
+                f"config {key!r} is a daemon-wide limit; set it in the daemon's environment "
+                f"(COMPACTD_{_snake(key).upper()})",
+                field=key,
+            )

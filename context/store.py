@@ -23,7 +23,8 @@ import orjson
 import platformdirs
 from filelock import FileLock, Timeout
 
-from .errors import InvalidContent, InvalidSessionId, StoreFailure, UnknownSession
+from .errors import InvalidContent, InvalidSessionId, StoreFailure, TooLarge, UnknownSession
+from .policy import MAX_MESSAGE_BYTES
 
 SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 """Always used with `fullmatch`: `$` would also match before a trailing newline (`"a\\n"`)."""
@@ -91,8 +92,11 @@ class LoadReport:
 class Store:
     """Session logs under `root/sessions/`."""
 
-    def __init__(self, root: Path | str | None = None) -> None:
+    def __init__(
+        self, root: Path | str | None = None, max_event_bytes: int = MAX_MESSAGE_BYTES
+    ) -> None:
         self.root = Path(root) if root is not None else default_data_dir()
+        self.max_event_bytes = max_event_bytes  # the policy's maxMessageBytes
         self.sessions_dir = self.root / "sessions"
         self._locks: dict[str, FileLock] = {}
 
@@ -217,6 +221,7 @@ class Store:
 
     def create(self, session_id: str, events: list[dict[str, Any]]) -> int:
         """Create a new log holding `events`; fails if the session exists. Returns the size."""
+        payload = self._encode(events)  # refused content leaves no empty log behind
         self.ensure_dirs()
         path = self.log_path(session_id)
         try:
@@ -229,7 +234,7 @@ class Store:
         except OSError as exc:
             raise StoreFailure(f"cannot create session {session_id}: {exc.strerror}") from exc
         try:
-            size = self._write(fd, events)
+            size = self._write(fd, payload)
         finally:
             os.close(fd)
         self._sync_dir()
@@ -238,6 +243,7 @@ class Store:
     def append(self, session_id: str, events: list[dict[str, Any]]) -> int:
         """Append `events` (caller holds `locked`); returns the log size after the append.
         Returns only once the bytes are on disk."""
+        payload = self._encode(events)
         path = self.log_path(session_id)
         try:
             fd = os.open(path, os.O_RDWR | os.O_APPEND | _NOFOLLOW | os.O_NONBLOCK)
@@ -256,7 +262,7 @@ class Store:
                 if last != b"\n":  # seal a torn tail so it stays one bad line
                     prefix = TORN_SEAL
             try:
-                return self._write(fd, events, prefix)
+                return self._write(fd, prefix + payload)
             except StoreFailure:
                 # never leave part of an unacknowledged append behind
                 with contextlib.suppress(OSError):
@@ -265,12 +271,22 @@ class Store:
         finally:
             os.close(fd)
 
+    def _encode(self, events: list[dict[str, Any]]) -> bytes:
+        """The events as log lines, or a typed error before anything is opened: content that
+        JSON cannot hold, or one event (a message, a tool result, …) over `max_event_bytes`."""
+        lines = []
+        for event in events:
+            try:
+                line = orjson.dumps(event)
+            except orjson.JSONEncodeError as exc:  # e.g. nested deeper than JSON can be written
+                raise InvalidContent(f"this content cannot be stored: {exc}") from None
+            if len(line) > self.max_event_bytes:
+                raise TooLarge("one message", "maxMessageBytes", self.max_event_bytes, len(line))
+            lines.append(line)
+        return b"".join(line + b"\n" for line in lines)
+
     @staticmethod
-    def _write(fd: int, events: list[dict[str, Any]], prefix: bytes = b"") -> int:
-        try:
-            payload = prefix + b"".join(orjson.dumps(e) + b"\n" for e in events)
-        except orjson.JSONEncodeError as exc:  # e.g. nested deeper than JSON can be written
-            raise InvalidContent(f"this content cannot be stored: {exc}") from None
+    def _write(fd: int, payload: bytes) -> int:
         try:
             view = memoryview(payload)
             while view:

@@ -9,6 +9,7 @@ commit, so nothing is written. One cascade runs per session at a time.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import tempfile
@@ -164,7 +165,8 @@ async def replay_transcript(app: App, p: ReplayParams) -> dict[str, Any]:
     are not touched), answering summary requests with the chosen provider."""
     from ..context.importers import load_transcript
 
-    sessions = load_transcript(p.path)
+    # read in a worker thread, as an import is: the loop keeps answering meanwhile
+    sessions = await asyncio.to_thread(load_transcript, p.path, app.engine.limits.max_import_bytes)
     if not 0 <= p.index < len(sessions):
         raise InvalidContent(
             f"the transcript holds {len(sessions)} session(s); index {p.index} does not exist",
