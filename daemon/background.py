@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Coroutine
 from pathlib import Path
@@ -76,23 +77,75 @@ async def prepare_if_idle(app: App, session: Session) -> None:
     await prepare_summary(app, session.id, params)
 
 
+WATCH_CHECK_SECONDS = 1.0
+"""How often the watcher checks that the folder it watches is still the data dir's (a removed
+and recreated data dir is a new folder: the old watch would never see another change)."""
+
+
+def _identity(folder: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(folder)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino)
+
+
+async def _until_replaced(folder: Path, identity: tuple[int, int], stop: asyncio.Event) -> None:
+    while _identity(folder) == identity:
+        await asyncio.sleep(WATCH_CHECK_SECONDS)
+    log.info("the sessions folder was removed or replaced; watching it again")
+    stop.set()
+
+
+def _catch_up_all(app: App) -> None:
+    for session in list(app.engine.sessions.values()):
+        _catch_up(session)
+
+
+def _catch_up(session: Session) -> None:
+    try:
+        session.catch_up()
+    except Exception:
+        log.exception("catching up %s failed", session.id)
+
+
 async def watch_loop(app: App) -> None:
-    """Notice appends by other daemons on this data dir and apply them."""
+    """Notice appends by other daemons on this data dir and apply them. The watch is set up
+    again whenever the sessions folder is removed or replaced (it is not recreated here: the
+    next write does that), and whatever was appended meanwhile is caught up."""
     from watchfiles import awatch
 
     store = app.engine.store
     store.ensure_dirs()
-    async for changes in awatch(store.sessions_dir, debounce=20, step=10, recursive=False):
-        for _change, path in changes:
-            name = Path(path).name
-            if not name.endswith(LOG_SUFFIX) or name.startswith("."):
-                continue
-            session = app.engine.sessions.get(name[: -len(LOG_SUFFIX)])
-            if session is not None:
-                try:
-                    session.catch_up()
-                except Exception:
-                    log.exception("catching up %s failed", session.id)
+    folder = store.sessions_dir
+    first = True
+    while True:
+        identity = _identity(folder)
+        if identity is None:
+            await asyncio.sleep(WATCH_CHECK_SECONDS)
+            continue
+        if not first:
+            _catch_up_all(app)
+        first = False
+        stop = asyncio.Event()
+        guard = asyncio.ensure_future(_until_replaced(folder, identity, stop))
+        try:
+            async for changes in awatch(
+                folder, debounce=20, step=10, recursive=False, stop_event=stop
+            ):
+                for _change, path in changes:
+                    name = Path(path).name
+                    if not name.endswith(LOG_SUFFIX) or name.startswith("."):
+                        continue
+                    session = app.engine.sessions.get(name[: -len(LOG_SUFFIX)])
+                    if session is not None:
+                        _catch_up(session)
+        except Exception as exc:  # the folder vanished under the watch, …
+            log.info("the watch on the sessions folder ended (%s); watching it again", exc)
+        finally:
+            guard.cancel()
+        if not stop.is_set():
+            await asyncio.sleep(WATCH_CHECK_SECONDS)  # ended on its own: do not spin
 
 
 async def warm_tokenizer() -> None:

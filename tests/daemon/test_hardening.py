@@ -331,3 +331,39 @@ async def test_a_daemon_keeps_serving_while_stdin_stays_open(root: Path) -> None
     assert header.startswith(b"Content-Length:")
     proc.stdin.close()
     assert await asyncio.wait_for(proc.wait(), 30) == 0
+
+
+# ---- data dir ------------------------------------------------------------------------------
+
+
+async def test_the_watcher_survives_the_data_dir_being_removed_and_recreated(
+    tmp_path: Path,
+) -> None:
+    """Daemon A has a session loaded; the data dir is moved away and restored as a new folder
+    (a backup put back); an append by daemon B must still reach A as `session/changed`."""
+    import shutil
+
+    data_dir = tmp_path / "data"
+    a = await RawDaemon.spawn(data_dir, log_path=tmp_path / "a.log")
+    b = None
+    try:
+        sid = "watched"
+        await a.call("session/open", {"sessionId": sid})
+        await a.call("session/append", {"sessionId": sid, "messages": [user("one")]})
+        shutil.move(data_dir, tmp_path / "moved-away")
+        shutil.copytree(tmp_path / "moved-away", data_dir)
+        b = await RawDaemon.spawn(data_dir, log_path=tmp_path / "b.log")
+        await b.call("session/append", {"sessionId": sid, "messages": [assistant("two")]})
+        changed = await a.wait_for(
+            lambda m: m.get("method") == "session/changed" and m["params"]["sessionId"] == sid,
+            timeout=20,
+        )
+        assert changed["params"]["events"] >= 1
+        got = await a.call("session/get", {"sessionId": sid})
+        assert [n["kind"] for n in got["nodes"]] == ["user", "assistant"]
+        assert await b.shutdown_and_exit() == 0
+        assert await a.shutdown_and_exit() == 0
+    finally:
+        await a.kill()
+        if b is not None:
+            await b.kill()
