@@ -134,22 +134,27 @@ class Store:
 
     # ---- locking -------------------------------------------------------------------------
 
+    def _make_lock_file(self, session_id: str) -> Path:
+        """The session's lock file, created if missing (0600), never through a symlink: one
+        there could make or touch a file anywhere."""
+        lock_file = self.lock_path(session_id)
+        try:
+            fd = os.open(lock_file, os.O_CREAT | os.O_WRONLY | _NOFOLLOW | os.O_NONBLOCK, 0o600)
+            os.close(fd)
+        except OSError as exc:
+            raise StoreFailure(
+                f"session {session_id}: its lock file cannot be opened ({exc.strerror})",
+                sessionId=session_id,
+            ) from None
+        return lock_file
+
     @contextlib.contextmanager
     def locked(self, session_id: str) -> Iterator[None]:
         """Hold the session's writer lock (shared by every process on this data dir)."""
         lock = self._locks.get(session_id)
         if lock is None:
             self.ensure_dirs()
-            lock_file = self.lock_path(session_id)
-            try:  # never through a symlink: it could make or touch a file anywhere
-                flags = os.O_CREAT | os.O_WRONLY | _NOFOLLOW | os.O_NONBLOCK
-                fd = os.open(lock_file, flags, 0o600)
-                os.close(fd)
-            except OSError as exc:
-                raise StoreFailure(
-                    f"session {session_id}: its lock file cannot be opened ({exc.strerror})",
-                    sessionId=session_id,
-                ) from None
+            lock_file = self._make_lock_file(session_id)
             lock = FileLock(str(lock_file), timeout=LOCK_TIMEOUT_SECONDS, mode=0o600)
             self._locks[session_id] = lock  # one lock object per session: building one is slow
         try:
@@ -237,6 +242,8 @@ class Store:
             size = self._write(fd, payload)
         finally:
             os.close(fd)
+        # the lock is born with the log, so a later refused write creates no file either
+        self._make_lock_file(session_id)
         self._sync_dir()
         return size
 
