@@ -367,3 +367,56 @@ async def test_the_watcher_survives_the_data_dir_being_removed_and_recreated(
         await a.kill()
         if b is not None:
             await b.kill()
+
+
+async def test_an_existing_data_dir_keeps_its_mode_and_new_parents_are_private(
+    tmp_path: Path,
+) -> None:
+    import stat
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o755)  # shared on purpose
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    os.chmod(existing, 0o750)
+    for data_dir in (shared / "a" / "b" / "data", existing):
+        raw = await RawDaemon.spawn(data_dir, log_path=tmp_path / "d.log", umask=0)
+        try:
+            await raw.call("session/open", {"sessionId": "modes"})
+            assert await raw.shutdown_and_exit() == 0
+        finally:
+            await raw.kill()
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o755
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o750
+    for made in (shared / "a", shared / "a" / "b", shared / "a" / "b" / "data"):
+        assert stat.S_IMODE(made.stat().st_mode) == 0o700, made
+
+
+async def test_a_symlinked_session_log_is_refused_not_followed(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    outside = tmp_path / "outside.jsonl"
+    raw = await RawDaemon.spawn(data_dir, log_path=tmp_path / "a.log")
+    try:
+        await raw.call("session/open", {"sessionId": "linked"})
+        assert await raw.shutdown_and_exit() == 0
+    finally:
+        await raw.kill()
+    log = data_dir / "sessions" / "linked.jsonl"
+    outside.write_bytes(log.read_bytes())  # a valid log, but reached through a link
+    log.unlink()
+    log.symlink_to(outside)
+    before = outside.read_bytes()
+    raw = await RawDaemon.spawn(data_dir, log_path=tmp_path / "b.log")
+    try:
+        for method, params in [
+            ("session/get", {"sessionId": "linked"}),
+            ("session/append", {"sessionId": "linked", "messages": [user("x")]}),
+        ]:
+            error = await raw.error(method, params)
+            assert error["code"] == 4060 and error["data"]["kind"] == "store_failure", error
+            assert_clean({"error": error}, data_dir)
+        assert await raw.shutdown_and_exit() == 0
+    finally:
+        await raw.kill()
+    assert outside.read_bytes() == before
