@@ -170,7 +170,8 @@ class FrameReader:
     exactly `Content-Length` bytes. A header block without one usable length (missing,
     not a number, negative, over the limit, or headers that never end) is reported as a
     `BadFrame`; the reader then drops bytes up to the next `Content-Length:` and goes on
-    from there, so one broken frame costs that frame and nothing after it. (Inside a JSON
+    from there, so one broken frame costs that frame (and the next, when its length reached
+    into it), never the ones after. (Inside a JSON
     body the text `Content-Length:` can appear only in a string, never followed by a raw
     line break, so a false start is itself a bad frame and is skipped the same way.)"""
 
@@ -235,7 +236,8 @@ class FrameReader:
             return self._bad("a message without a Content-Length header")
         if len(set(lengths)) > 1 or not lengths[0].isdigit():
             return self._bad(f"an unusable Content-Length {lengths[0][:40]!r}")
-        length = int(lengths[0])
+        # more digits than any real length: never handed to int() (which refuses over 4,300)
+        length = int(lengths[0]) if len(lengths[0]) <= 20 else MAX_SAFE_ID + 1
         del self._buf[: end.end()]
         if length > self._max_body:
             log.warning(

@@ -190,7 +190,7 @@ async def daemon(root: Path, data_dir: Path) -> AsyncIterator[RawDaemon]:
     finally:
         await raw.kill()
     assert raw.violations == []
-    assert "Traceback" not in raw.log_text() or "unexpected error" not in raw.log_text()
+    assert "unexpected error" not in raw.log_text()  # no handler hit an unplanned exception
 
 
 async def alive(daemon: RawDaemon, start: int) -> list[dict[str, Any]]:

@@ -90,7 +90,17 @@ def count_appends(data_dir: Path, sid: str) -> int:
 
 @pytest.mark.parametrize(
     "header",
-    [b"-5", b"twelve", b"", b"1e3", b"0x10", b"+5", b"5 5", b"99999999999999999999999"],
+    [
+        b"-5",
+        b"twelve",
+        b"",
+        b"1e3",
+        b"0x10",
+        b"+5",
+        b"5 5",
+        b"99999999999999999999999",
+        b"9" * 5000,  # more digits than int() converts
+    ],
 )
 async def test_a_bad_length_then_a_body_without_newline_leaves_the_reader_listening(
     daemon: RawDaemon, data_dir: Path, header: bytes
