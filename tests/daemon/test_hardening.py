@@ -164,6 +164,21 @@ async def test_a_request_over_max_request_bytes_is_refused_and_skipped(
     assert snapshot(data_dir) == before
 
 
+async def test_one_message_over_the_default_max_message_bytes_is_refused(
+    daemon: RawDaemon, data_dir: Path
+) -> None:
+    """The reported 50 MB message: refused at once (16 MiB by default), nothing written, and
+    the session still renders as before."""
+    before = snapshot(data_dir)
+    huge = assistant("z" * (16 * 2**20 + 1))
+    error = await daemon.error("session/append", {"sessionId": SID, "messages": [huge]})
+    assert error["code"] == 4014
+    assert error["data"]["limit"] == "maxMessageBytes" and error["data"]["maxBytes"] == 16 * 2**20
+    assert snapshot(data_dir) == before
+    rendered = await daemon.call("context/render", {"sessionId": SID})
+    assert rendered["tokens"]["total"] < 1000
+
+
 # ---- request ids ---------------------------------------------------------------------------
 
 
