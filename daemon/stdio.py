@@ -276,7 +276,12 @@ async def read_messages(
     """Read frames until the end of input, answering the ones that cannot be read."""
     frames = FrameReader(reader, max_body)
     while True:
-        item = await frames.next()
+        try:
+            item = await frames.next()
+        except Exception:  # a reader that cannot go on must not look like a clean EOF
+            log.exception("reading stdin failed; exiting with 1")
+            server.request_exit(1)
+            return
         if item is None:
             return
         try:

@@ -445,3 +445,16 @@ async def test_a_symlinked_session_log_is_refused_not_followed(tmp_path: Path) -
     finally:
         await raw.kill()
     assert outside.read_bytes() == before
+
+
+async def test_a_reader_that_cannot_go_on_exits_1_not_0(tmp_path: Path) -> None:
+    """An error reading stdin (EIO, …) is not a clean end of input: exit code 1."""
+    from compactd.daemon.app import Settings
+    from compactd.daemon.main import build
+    from compactd.daemon.stdio import read_messages
+
+    server, _app = build(Settings(data_dir=tmp_path / "data", watch=False))
+    reader = asyncio.StreamReader()
+    reader.set_exception(OSError(5, "Input/output error"))
+    await read_messages(server, reader)
+    assert server.exit_code == 1
