@@ -18,7 +18,7 @@ from .cascade import Drive, run_cascade
 from .decompose import from_anthropic, from_nodes, from_openai
 from .errors import InvalidContent
 from .graph import Graph, Node, Record
-from .policy import Policy, policy_from_config
+from .policy import Policy, check_session_config, policy_from_config
 from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE
 from .render.request import Rendered, RenderParams, render_request
 from .session import UNSET, AppendResult, Library, Session
@@ -49,6 +49,28 @@ class IdleOutcome:
     events: list[TierEvent]
 
 
+USAGE_COUNTS = (
+    "input_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "output_tokens",
+)
+
+
+def check_counts(data: dict[str, Any] | None, where: str, keys: tuple[str, ...]) -> None:
+    """Token counts a client reports are non-negative integers (or absent/null): anything
+    else is refused by name before it is stored or added up."""
+    for key in keys:
+        value = (data or {}).get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidContent(
+                f"{where}.{key} must be a non-negative integer, got {value!r:.40}",
+                field=f"{where}.{key}",
+            )
+
+
 class Engine:
     def __init__(
         self,
@@ -64,6 +86,8 @@ class Engine:
         self.clock = clock
         self.counter = counter
         self.defaults = dict(defaults or {})
+        self.limits = policy_from_config(self.defaults)  # the daemon-wide input limits
+        store.max_event_bytes = self.limits.max_message_bytes
         self.summary_provider = summary_provider  # the daemon's default provider name
         self.sessions: dict[str, Session] = {}
         self._calibration: dict[str, tuple[int, Calibration]] = {}
@@ -85,6 +109,7 @@ class Engine:
         """Load a session, or create it (a new id when none is given); says if it is new."""
         if config is not None:
             policy_from_config(config)  # reject a bad config before anything is written
+            check_session_config(config)
         if session_id is not None and (
             session_id in self.sessions or self.library.exists(session_id)
         ):
@@ -109,16 +134,23 @@ class Engine:
     def import_file(self, path: str) -> tuple[list[str], list[str]]:
         """Import every conversation of a transcript file; returns their session ids and what
         the importer had to skip."""
+        sessions, warnings = self.import_sessions(path)
+        for session in sessions:
+            self.sessions[session.id] = session
+        return [session.id for session in sessions], warnings
+
+    def import_sessions(self, path: str) -> tuple[list[Session], list[str]]:
+        """Read a transcript (regular files only, each under `maxImportBytes`) and write its
+        sessions, touching none of the engine's loaded state: the daemon runs this in a worker
+        thread so a big file never holds up its loop, and registers the sessions after."""
         from .importers import load_transcript
         from .importers.apply import import_session
 
-        ids, warnings = [], []
-        for imported in load_transcript(path):
-            session = import_session(self.library, imported)
-            self.sessions[session.id] = session
-            ids.append(session.id)
+        sessions, warnings = [], []
+        for imported in load_transcript(path, self.limits.max_import_bytes):
+            sessions.append(import_session(self.library, imported))
             warnings.extend(f"{imported.source_id}: {w}" for w in imported.warnings)
-        return ids, warnings
+        return sessions, warnings
 
     def evict(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)
@@ -414,6 +446,9 @@ class Engine:
     ) -> UsageReport:
         """What the provider said about the last rendered request. A prompt-too-long error is
         kept for the next render, which runs Tier 5 with it."""
+        check_counts(usage, "usage", USAGE_COUNTS)
+        for i, edit in enumerate(applied_edits or []):
+            check_counts(edit, f"appliedEdits[{i}]", ("cleared_input_tokens",))
         ratio, reported, estimated = (
             self.calibration(self.session(session_id)).ratio(model),
             None,

@@ -59,6 +59,15 @@ COMPACTABLE_TOOLS: dict[str, tuple[str, ...]] = {
     "FileWrite": ("FileWrite", "Write", "write_file", "create", "create_file"),
 }
 
+# Input limits (docs/security.md): the most one request, one message and one imported file may
+# weigh. Generous for real work, small enough that no input can make the daemon hang on it.
+MAX_REQUEST_BYTES = 64 * 2**20
+"""One JSON-RPC message's body (its Content-Length)."""
+MAX_MESSAGE_BYTES = 16 * 2**20
+"""One message, node, tool result or function output, as stored (JSON bytes)."""
+MAX_IMPORT_BYTES = 256 * 2**20
+"""One transcript file `session/import` or `session/replay` reads (and each file it refers to)."""
+
 CLEARED_PLACEHOLDER = (
     "[Old tool result content cleared by compactd; the original is kept in the session graph.]"
 )
@@ -153,6 +162,11 @@ class Policy:
     recall_max_chars: int = 3800
     recall_list_max: int = 20  # a range marker lists this many of its results' handles
 
+    # Input limits (the daemon's defaults come from its environment; see docs/security.md)
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    max_import_bytes: int = MAX_IMPORT_BYTES
+    max_request_bytes: int = MAX_REQUEST_BYTES
+
 
 _FIELDS = {f.name: f for f in attrs.fields(Policy)}
 
@@ -204,3 +218,19 @@ def _snake(name: str) -> str:
 
 def is_compactable(policy: Policy, tool_name: str | None) -> bool:
     return tool_name is not None and tool_name in policy.compactable_tools
+
+
+DAEMON_WIDE = ("max_message_bytes", "max_import_bytes", "max_request_bytes")
+"""Policy values that protect the daemon itself: set for the whole daemon (its environment,
+`docs/security.md`), never by one session's config."""
+
+
+def check_session_config(config: dict[str, Any]) -> None:
+    """A session config may not set a daemon-wide limit."""
+    for key in config:
+        if _snake(key) in DAEMON_WIDE:
+            raise InvalidConfig(
+                f"config {key!r} is a daemon-wide limit; set it in the daemon's environment "
+                f"(COMPACTD_{_snake(key).upper()})",
+                field=key,
+            )

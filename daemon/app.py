@@ -41,13 +41,15 @@ class Settings:
     summary_provider: str | None = None
     summary_model: str | None = None
     summarize_timeout_seconds: float = 120.0
+    # daemon-wide input limits by policy field name (max_request_bytes, …; docs/security.md)
+    limits: dict[str, int] = attrs.field(factory=dict)
 
 
 class App:
     def __init__(self, server: CompactdServer, settings: Settings) -> None:
         self.server = server
         self.settings = settings
-        defaults: dict[str, Any] = {}
+        defaults: dict[str, Any] = dict(settings.limits)
         if settings.idle_seconds is not None:
             defaults["idle_seconds"] = settings.idle_seconds
         store = open_store(settings.store_url, settings.data_dir, log=self.store_said)

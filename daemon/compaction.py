@@ -176,7 +176,8 @@ async def replay_transcript(app: App, p: ReplayParams) -> dict[str, Any]:
     are not touched), answering summary requests with the chosen provider."""
     from ..context.importers import load_transcript
 
-    sessions = load_transcript(p.path)
+    # read in a worker thread, as an import is: the loop keeps answering meanwhile
+    sessions = await asyncio.to_thread(load_transcript, p.path, app.engine.limits.max_import_bytes)
     if not 0 <= p.index < len(sessions):
         raise InvalidContent(
             f"the transcript holds {len(sessions)} session(s); index {p.index} does not exist",

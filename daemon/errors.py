@@ -7,7 +7,7 @@ from typing import Any
 
 from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams
 
-from ..context.errors import CompactdError
+from ..context.errors import CompactdError, TooLarge
 from ..protocol.convert import ParamsError
 from ..protocol.errors import code_for
 from .wire import plain
@@ -22,6 +22,15 @@ class CompactdRpcError(JsonRpcException):
         super().__init__(message=message, code=code_for(kind), data={**(data or {}), "kind": kind})
 
 
+INTERNAL_MESSAGE = "internal error in compactd (details are in the daemon's log)"
+
+
+def too_large(limit: str, max_bytes: int, size: int | None = None) -> CompactdRpcError:
+    """The error for an input over a size limit, as the engine's `TooLarge` words it."""
+    exc = TooLarge("the request", limit, max_bytes, size)
+    return CompactdRpcError(exc.kind, exc.message, _jsonable(exc.data))
+
+
 def to_rpc_error(exc: BaseException) -> JsonRpcException:
     if isinstance(exc, JsonRpcException):
         return exc
@@ -32,7 +41,7 @@ def to_rpc_error(exc: BaseException) -> JsonRpcException:
     if isinstance(exc, CompactdError):
         return CompactdRpcError(exc.kind, exc.message, _jsonable(exc.data))
     return JsonRpcInternalError(
-        message="internal error in compactd (details are in the daemon's log)",
+        message=INTERNAL_MESSAGE,
         data={"kind": "internal_error", "type": type(exc).__name__},
     )
 

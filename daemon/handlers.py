@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from ..context.engine import RenderParams as EngineRenderParams
@@ -117,9 +118,12 @@ def register(server: CompactdServer, app: App) -> None:
         return t.BranchResult(p.branch, session.checkout(p.branch))
 
     @rpc(server, m.SESSION_IMPORT)
-    def session_import(ls: CompactdServer, p: t.ImportParams) -> t.ImportResult:
-        ids, warnings = engine.import_file(p.path)
-        return t.ImportResult(ids, warnings)
+    async def session_import(ls: CompactdServer, p: t.ImportParams) -> t.ImportResult:
+        # read and written in a worker thread: a big transcript never holds up other requests
+        sessions, warnings = await asyncio.to_thread(engine.import_sessions, p.path)
+        for session in sessions:
+            engine.sessions[session.id] = session
+        return t.ImportResult([s.id for s in sessions], warnings)
 
     @rpc(server, m.CONTEXT_RENDER)
     async def context_render(ls: CompactdServer, p: t.RenderParams) -> t.RenderResult:

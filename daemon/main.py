@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..context.errors import CompactdError
@@ -38,6 +39,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     if idle is None and env.get("COMPACTD_IDLE_SECONDS"):
         idle = float(env["COMPACTD_IDLE_SECONDS"])
     return Settings(
+        limits=limits_from(env),
         data_dir=Path(args.data_dir) if args.data_dir else default_data_dir(),
         store_url=args.store or env.get("COMPACTD_STORE") or None,
         idle_seconds=idle,
@@ -47,6 +49,31 @@ def settings_from(args: argparse.Namespace) -> Settings:
         summary_model=args.summary_model or env.get("COMPACTD_SUMMARY_MODEL") or None,
         summarize_timeout_seconds=args.summarize_timeout,
     )
+
+
+LIMIT_VARIABLES = {
+    "COMPACTD_MAX_REQUEST_BYTES": "max_request_bytes",
+    "COMPACTD_MAX_MESSAGE_BYTES": "max_message_bytes",
+    "COMPACTD_MAX_IMPORT_BYTES": "max_import_bytes",
+}
+
+
+def limits_from(env: Mapping[str, str]) -> dict[str, int]:
+    """The input limits the environment sets (docs/security.md); a bad value stops start-up
+    with a message rather than being ignored."""
+    limits = {}
+    for variable, field in LIMIT_VARIABLES.items():
+        text = env.get(variable)
+        if not text:
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            value = -1
+        if value <= 0:
+            raise SystemExit(f"compactd: {variable} must be a positive number of bytes")
+        limits[field] = value
+    return limits
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -68,6 +95,12 @@ def serve(args: argparse.Namespace) -> int:
         print(f"compactd: {exc}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(serve_stdio(server, background=background.start(app)))
+        return asyncio.run(
+            serve_stdio(
+                server,
+                background=background.start(app),
+                max_request_bytes=app.engine.limits.max_request_bytes,
+            )
+        )
     finally:
         app.engine.store.close()

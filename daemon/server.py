@@ -28,9 +28,10 @@ from pygls.protocol.json_rpc import JsonRPCNotification, JsonRPCResponseMessage
 
 from .. import __version__
 from ..context.errors import CompactdError
+from ..protocol import errors
 from ..protocol.convert import ParamsError, structure, unstructure
 from ..protocol.types import METHODS
-from .errors import CompactdRpcError, to_rpc_error
+from .errors import INTERNAL_MESSAGE, CompactdRpcError, to_rpc_error
 
 log = logging.getLogger("compactd.daemon")
 
@@ -76,6 +77,8 @@ class CompactdProtocol(LanguageServerProtocol):
                 data = {"jsonrpc": data.jsonrpc, "method": data.method, "params": data.params}
             elif hasattr(data, "__attrs_attrs__"):
                 data = self._converter.unstructure(data)
+            if isinstance(data, dict) and isinstance(data.get("error"), dict):
+                data = {**data, "error": clean_error(data["error"])}
             body = orjson.dumps(data, default=_fallback)
         except Exception:
             log.exception("cannot encode a reply")
@@ -104,6 +107,35 @@ class CompactdProtocol(LanguageServerProtocol):
         read), as JSON-RPC 2.0 requires; the converter would drop a null id altogether."""
         body = self._converter.unstructure(error.to_response_error())
         self._send_data({"jsonrpc": "2.0", "id": msg_id, "error": body})
+
+
+_KIND_BY_CODE = {
+    errors.PARSE_ERROR: "parse_error",
+    errors.INVALID_REQUEST: "invalid_request",
+    errors.METHOD_NOT_FOUND: "method_not_found",
+    errors.INVALID_PARAMS: "invalid_params",
+    errors.INTERNAL_ERROR: "internal_error",
+    errors.REQUEST_CANCELLED: "request_cancelled",
+    **errors.KIND_BY_CODE,
+}
+
+
+def clean_error(error: dict[str, Any]) -> dict[str, Any]:
+    """Every error a client gets carries `data.kind` and nothing of the daemon's insides:
+    pygls puts a traceback in `data` of errors it raises itself, and an unexpected
+    exception's text may name local paths — so internal errors get a fixed message and the
+    original goes to the log."""
+    code = error.get("code")
+    data = error.get("data")
+    data = dict(data) if isinstance(data, dict) else {}
+    data.pop("traceback", None)
+    data.setdefault("kind", _KIND_BY_CODE.get(code, "internal_error"))  # type: ignore[arg-type]
+    message = error.get("message")
+    if code == errors.INTERNAL_ERROR and message != INTERNAL_MESSAGE:
+        log.warning("internal error answered to a client: %s", message)
+        message = INTERNAL_MESSAGE
+        data = {"kind": "internal_error", **({"type": data["type"]} if "type" in data else {})}
+    return {"code": code, "message": message, "data": data}
 
 
 def _fallback(value: Any) -> Any:

@@ -497,6 +497,10 @@ export const ERROR_CODES = {
   invalid_content: 4012,
   /** A configuration value is not valid. */
   invalid_config: 4013,
+  /** An input is over a size limit (data.limit names it: maxRequestBytes, maxMessageBytes or maxImportBytes); nothing was written. */
+  too_large: 4014,
+  /** A path the daemon will not read: not a regular file, a NUL byte in it, or a file outside the transcript's own folder. */
+  invalid_path: 4015,
   /** The head still waits for tool results. */
   pending_tool_results: 4020,
   /** expectedHead did not match: another writer moved the thread. */
@@ -524,6 +528,8 @@ export const ERROR_DESCRIPTIONS: { readonly [K in ErrorKind]: string } = {
   invalid_pairing: "A tool result does not match exactly one open tool call.",
   invalid_content: "A message or content block is malformed.",
   invalid_config: "A configuration value is not valid.",
+  too_large: "An input is over a size limit (data.limit names it: maxRequestBytes, maxMessageBytes or maxImportBytes); nothing was written.",
+  invalid_path: "A path the daemon will not read: not a regular file, a NUL byte in it, or a file outside the transcript's own folder.",
   pending_tool_results: "The head still waits for tool results.",
   head_conflict: "expectedHead did not match: another writer moved the thread.",
   cannot_fit: "Nothing the cascade may do brings the request under its limit.",
