@@ -119,6 +119,15 @@ REFUSALS: dict[str, list[Any]] = {
         {"sessionId": SID, "collapseId": 5},
         {"sessionId": SID},
     ],
+    "context/recall": [
+        {"sessionId": "refuse-none", "handle": "recall:n1.00000000"},
+        {"sessionId": SID, "handle": "recall:n1.00000000"},
+        {"sessionId": SID, "handle": "no-such-tool-use"},
+        {"sessionId": SID, "handle": 5},
+        {"sessionId": SID},
+        {"sessionId": SID, "handle": "recall:n1.00000000", "startLine": "one"},
+        {"sessionId": SID, "handle": "recall:n1.00000000", "branch": "no-such-branch"},
+    ],
     "context/reportUsage": [
         {"sessionId": SID, "model": "m", "usage": {"input_tokens": "many"}},
         {"sessionId": SID, "model": "m", "usage": {"output_tokens": -1}},
