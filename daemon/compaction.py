@@ -19,6 +19,7 @@ from lsprotocol.types import WorkDoneProgressBegin, WorkDoneProgressEnd, WorkDon
 
 from ..context.engine import Engine, RenderParams
 from ..context.errors import InvalidContent, ProviderFailure
+from ..context.policy import policy_from_config
 from ..context.render.request import Rendered
 from ..context.replay import ReplayOptions, replay
 from ..context.store import Store
@@ -164,6 +165,7 @@ async def replay_transcript(app: App, p: ReplayParams) -> dict[str, Any]:
     are not touched), answering summary requests with the chosen provider."""
     from ..context.importers import load_transcript
 
+    policy_from_config(p.config)  # a misspelled knob fails before minutes of replay
     sessions = load_transcript(p.path)
     if not 0 <= p.index < len(sessions):
         raise InvalidContent(
