@@ -90,7 +90,7 @@ class Policy:
     microcompact_every: int = 25
     microcompact_keep_recent: int = 5
     microcompact_keep_last: int = 1  # the last resort before "cannot fit" keeps only these
-    idle_seconds: float = 90 * 60
+    idle_seconds: float = 90 * 60.0
     microcompact_mode: str = "time"  # "time" (client-side placeholder) | "cache" (Anthropic edits)
     microcompact_cache_clear_at_least: int = 5000
     # count-triggered clears while the cache is warm and under threshold: "defer" | "apply"
