@@ -7,16 +7,19 @@ by the daemon through `cascade`'s summary requests.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import attrs
+import orjson
 
 from .budget import Calibration, reported_prompt_tokens
 from .cascade import Drive, run_cascade
 from .decompose import from_anthropic, from_nodes, from_openai
-from .errors import InvalidContent
+from .errors import CompactdError, InvalidContent
 from .graph import Graph, Node, Record
 from .policy import Policy, policy_from_config
 from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE
@@ -40,6 +43,25 @@ class UsageReport:
     estimated: int | None
     overflow: bool
     limit: int | None
+
+
+@attrs.frozen
+class ImportOutcome:
+    """`existing`: ids among `session_ids` imported before from the same file content."""
+
+    session_ids: list[str]
+    warnings: list[str]
+    existing: list[str]
+
+
+@attrs.frozen
+class SessionSummary:
+    """What a listing shows of a session without the caller loading it."""
+
+    source: str | None
+    title: str | None
+    turns: int
+    tokens: int
 
 
 @attrs.frozen
@@ -102,19 +124,69 @@ class Engine:
             session.catch_up()
         return session
 
-    def import_file(self, path: str) -> tuple[list[str], list[str]]:
+    def import_file(self, path: str, *, new: bool = False) -> ImportOutcome:
         """Import every conversation of a transcript file; returns their session ids and what
-        the importer had to skip."""
+        the importer had to skip. A conversation imported before from the same bytes is
+        returned, not duplicated, unless `new`; one that holds no message is kept but warned
+        about (a sub-agent file alone, a truncated file: an empty session is rarely meant)."""
         from .importers import load_transcript
         from .importers.apply import import_session
 
-        ids, warnings = [], []
+        digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        known = {} if new else self._imported_before()
+        ids, warnings, existing = [], [], []
         for imported in load_transcript(path):
-            session = import_session(self.library, imported)
+            key = (digest, imported.source_id)
+            if key in known:
+                ids.append(known[key])
+                existing.append(known[key])
+                continue
+            session = import_session(self.library, imported, source_digest=digest)
             self.sessions[session.id] = session
             ids.append(session.id)
             warnings.extend(f"{imported.source_id}: {w}" for w in imported.warnings)
-        return ids, warnings
+            if not session.graph.nodes:
+                warnings.append(
+                    f"{imported.source_id}: the transcript holds no message, so the session is "
+                    "empty (a sub-agent's file alone? import its parent session's file)"
+                )
+        return ImportOutcome(ids, warnings, existing)
+
+    def _imported_before(self) -> dict[tuple[str, str], str]:
+        """(file digest, source id) → session, from each log's header line (its `open`)."""
+        out: dict[tuple[str, str], str] = {}
+        for sid in self.list():
+            meta = self._header_meta(sid)
+            if meta.get("sourceDigest") and meta.get("sourceId") is not None:
+                out.setdefault((meta["sourceDigest"], str(meta["sourceId"])), sid)
+        return out
+
+    def _header_meta(self, session_id: str) -> dict[str, Any]:
+        loaded = self.sessions.get(session_id)
+        if loaded is not None:
+            return loaded.graph.meta
+        try:
+            with self.store.log_path(session_id).open("rb") as f:
+                header = orjson.loads(f.readline())
+        except (OSError, orjson.JSONDecodeError):
+            return {}
+        meta = header.get("meta") if isinstance(header, dict) else None
+        return meta if isinstance(meta, dict) else {}
+
+    def summary(self, session_id: str) -> SessionSummary:
+        """Source, title, turns and tokens (the current branch rendered with the defaults),
+        without keeping the session loaded; a log that cannot be read shows as empty."""
+        try:
+            session = self.sessions.get(session_id) or self.library.load(session_id)
+            rendered = self.render_session(session, RenderParams())
+        except CompactdError:
+            meta = self._header_meta(session_id)
+            return SessionSummary(meta.get("source"), meta.get("title"), 0, 0)
+        meta = session.graph.meta
+        tokens = rendered.tokens()
+        return SessionSummary(
+            meta.get("source"), meta.get("title"), tokens["turns"], tokens["total"]
+        )
 
     def evict(self, session_id: str) -> None:
         self.sessions.pop(session_id, None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..context.budget import known_model, model_spec
 from ..context.engine import RenderParams as EngineRenderParams
 from ..context.policy import policy_from_config
 from ..context.render.request import RequestSpec
@@ -12,9 +13,9 @@ from ..context.visibility import ViewOptions
 from ..protocol import methods as m
 from ..protocol import types as t
 from .app import App
-from .compaction import compact, render_with_cascade, replay_transcript
+from .compaction import compact, progress, render_with_cascade, replay_transcript
 from .server import CompactdServer, rpc
-from .wire import event_json
+from .wire import compaction_event, render_tokens
 
 
 def engine_params(p: t.RenderParams | t.CompactParams | t.SnipParams) -> EngineRenderParams:
@@ -39,6 +40,17 @@ def engine_params(p: t.RenderParams | t.CompactParams | t.SnipParams) -> EngineR
     return EngineRenderParams(view=view, spec=spec)
 
 
+def assumptions(p: t.RenderParams) -> list[str]:
+    """What the budget assumed that the client did not say: an unknown model's window."""
+    if p.model and p.window is None and not known_model(p.model):
+        spec = model_spec(p.model)
+        return [
+            f"unknown model {p.model!r}: assumed a {spec.window:,}-token window and "
+            f"{spec.max_output:,} output tokens (pass window and maxOutputTokens to say)"
+        ]
+    return []
+
+
 def register(server: CompactdServer, app: App) -> None:
     engine = app.engine
 
@@ -54,7 +66,21 @@ def register(server: CompactdServer, app: App) -> None:
         out = []
         for sid in engine.list():
             stat = engine.store.log_path(sid).stat()
-            out.append(t.SessionInfo(sid, stat.st_size, stat.st_mtime, sid in engine.sessions))
+            loaded = sid in engine.sessions
+            summary = engine.summary(sid)
+            out.append(
+                t.SessionInfo(
+                    sid,
+                    stat.st_size,
+                    stat.st_mtime,
+                    loaded,
+                    source=summary.source,
+                    title=summary.title,
+                    turns=summary.turns,
+                    tokens=summary.tokens,
+                )
+            )
+        out.sort(key=lambda info: (-info.modified, info.session_id))  # newest first
         return t.ListResult(out)
 
     @rpc(server, m.SESSION_GET)
@@ -114,9 +140,11 @@ def register(server: CompactdServer, app: App) -> None:
         return t.BranchResult(p.branch, session.checkout(p.branch))
 
     @rpc(server, m.SESSION_IMPORT)
-    def session_import(ls: CompactdServer, p: t.ImportParams) -> t.ImportResult:
-        ids, warnings = engine.import_file(p.path)
-        return t.ImportResult(ids, warnings)
+    async def session_import(ls: CompactdServer, p: t.ImportParams) -> t.ImportResult:
+        async with progress(app, p.work_done_token, "compactd: importing") as report:
+            report(p.path)
+            outcome = engine.import_file(p.path, new=p.new)
+        return t.ImportResult(outcome.session_ids, outcome.warnings, outcome.existing)
 
     @rpc(server, m.CONTEXT_RENDER)
     async def context_render(ls: CompactdServer, p: t.RenderParams) -> t.RenderResult:
@@ -133,7 +161,12 @@ def register(server: CompactdServer, app: App) -> None:
         else:
             rendered, events = engine.render(session.id, params), []
         app.touch(session)
-        return t.RenderResult(rendered.request, rendered.tokens(), [event_json(e) for e in events])
+        return t.RenderResult(
+            rendered.request,
+            render_tokens(rendered.tokens()),
+            [compaction_event(e) for e in events],
+            assumptions(p),
+        )
 
     @rpc(server, m.CONTEXT_MEASURE)
     def context_measure(ls: CompactdServer, p: t.RenderParams) -> t.MeasureResult:
@@ -151,6 +184,7 @@ def register(server: CompactdServer, app: App) -> None:
             advice=engine.measure_advice(session, rendered),
             turns=tokens["turns"],
             turns_shown=tokens["turnsShown"],
+            warnings=assumptions(p),
         )
 
     @rpc(server, m.CONTEXT_COMPACT)

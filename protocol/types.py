@@ -45,10 +45,16 @@ class ListParams:
 
 @attrs.define
 class SessionInfo:
+    """One stored session: what `compactd sessions` shows (newest first)."""
+
     session_id: str
     size_bytes: int
     modified: float
     loaded: bool
+    source: str | None = None  # the importer's format ("claude-code", …); None: made live
+    title: str | None = None
+    turns: int = 0
+    tokens: int = 0  # the current branch rendered with the defaults, in compactd's estimate
 
 
 @attrs.define
@@ -152,12 +158,18 @@ class ImportParams:
     SWE-agent); one session per conversation in it."""
 
     path: str
+    new: bool = False  # import again even if this transcript was imported before
+    work_done_token: str | None = None
 
 
 @attrs.define
 class ImportResult:
+    """`existing`: the ids among `sessionIds` that were imported before from the same file
+    (returned instead of a duplicate unless `new`)."""
+
     session_ids: list[str]
     warnings: list[str]
+    existing: list[str] = attrs.field(factory=list)
 
 
 # ---- context ------------------------------------------------------------------------------
@@ -196,10 +208,43 @@ class RenderParams:
 
 
 @attrs.define
+class RenderTokens:
+    """The rendered request's size: `total` of `limit` (window − output reserve), by category,
+    in the provider's units once calibrated (`estimate` is compactd's own count)."""
+
+    total: int
+    window: int
+    limit: int
+    output_reserve: int
+    free: int
+    estimate: int
+    calibration: float
+    categories: dict[str, int]
+    turns: int
+    turns_shown: int
+
+
+@attrs.define
+class CompactionEvent:
+    """What one tier did (or why it did not): `context/compacted` without the session."""
+
+    tier: str
+    applied: bool
+    tokens_before: int
+    tokens_after: int
+    reason: str
+    record_ids: list[str]
+    details: Json
+
+
+@attrs.define
 class RenderResult:
+    """`warnings`: what the daemon assumed (an unknown model's window, …)."""
+
     request: Json
-    tokens: Json
-    events: list[Json]
+    tokens: RenderTokens
+    events: list[CompactionEvent]
+    warnings: list[str] = attrs.field(factory=list)
 
 
 @attrs.define
@@ -214,6 +259,7 @@ class MeasureResult:
     advice: str | None
     turns: int
     turns_shown: int
+    warnings: list[str] = attrs.field(factory=list)
 
 
 @attrs.define

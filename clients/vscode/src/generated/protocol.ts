@@ -94,6 +94,17 @@ export interface CompactedNotification {
   details: JsonObject;
 }
 
+/** What one tier did (or why it did not): `context/compacted` without the session. */
+export interface CompactionEvent {
+  tier: string;
+  applied: boolean;
+  tokensBefore: number;
+  tokensAfter: number;
+  reason: string;
+  recordIds: string[];
+  details: JsonObject;
+}
+
 export interface FunctionCompleteParams {
   sessionId: string;
   functionId: string;
@@ -141,11 +152,17 @@ export interface HeadResult {
 /** Import a transcript file the daemon can read (Claude Code, Codex, OpenHands, SWE-agent); one session per conversation in it. */
 export interface ImportParams {
   path: string;
+  /** Default: `false` (may be omitted). */
+  new?: boolean;
+  /** Default: `null` (may be omitted). */
+  workDoneToken?: string | null;
 }
 
+/** `existing`: the ids among `sessionIds` that were imported before from the same file (returned instead of a duplicate unless `new`). */
 export interface ImportResult {
   sessionIds: string[];
   warnings: string[];
+  existing?: string[];
 }
 
 export type ListParams = Record<string, never>;
@@ -165,6 +182,7 @@ export interface MeasureResult {
   advice: string | null;
   turns: number;
   turnsShown: number;
+  warnings?: string[];
 }
 
 /** Open a session, creating it if needed (a new id when none is given). */
@@ -227,10 +245,26 @@ export interface RenderParams {
   workDoneToken?: string | null;
 }
 
+/** `warnings`: what the daemon assumed (an unknown model's window, …). */
 export interface RenderResult {
   request: JsonObject;
-  tokens: JsonObject;
-  events: JsonObject[];
+  tokens: RenderTokens;
+  events: CompactionEvent[];
+  warnings?: string[];
+}
+
+/** The rendered request's size: `total` of `limit` (window − output reserve), by category, in the provider's units once calibrated (`estimate` is compactd's own count). */
+export interface RenderTokens {
+  total: number;
+  window: number;
+  limit: number;
+  outputReserve: number;
+  free: number;
+  estimate: number;
+  calibration: number;
+  categories: { [key: string]: number };
+  turns: number;
+  turnsShown: number;
 }
 
 /** Replay a transcript under the cascade, in a scratch store (nothing is kept), and price every request with the provider's cache rules; also for "no management" and, when the transcript records usage, for the recorded run. */
@@ -298,11 +332,20 @@ export interface SessionIdleNotification {
   cleared: number;
 }
 
+/** One stored session: what `compactd sessions` shows (newest first). */
 export interface SessionInfo {
   sessionId: string;
   sizeBytes: number;
   modified: number;
   loaded: boolean;
+  /** Default: `null` (may be omitted). */
+  source?: string | null;
+  /** Default: `null` (may be omitted). */
+  title?: string | null;
+  /** Default: `0` (may be omitted). */
+  turns?: number;
+  /** Default: `0` (may be omitted). */
+  tokens?: number;
 }
 
 export interface SnipParams {
