@@ -81,8 +81,11 @@ class CompactdClient:
         args: Sequence[str] = (),
         timeout: float = DEFAULT_TIMEOUT,
         stderr: Any = None,
+        new_process_group: bool = False,
     ) -> CompactdClient:
-        """Start a daemon (`python -m compactd serve` by default) and connect to it."""
+        """Start a daemon (`python -m compactd serve` by default) and connect to it.
+        `new_process_group`: Ctrl-C in a terminal reaches only the caller, which then closes
+        the daemon cleanly (the CLI), instead of killing both mid-write."""
         cmd = list(command) if command else [sys.executable, "-m", "compactd"]
         if data_dir is not None:
             cmd += ["--data-dir", str(data_dir)]
@@ -94,6 +97,7 @@ class CompactdClient:
             stderr=stderr,
             env={**os.environ, **(env or {})},
             limit=2**24,
+            start_new_session=new_process_group,
         )
         assert proc.stdout is not None and proc.stdin is not None
         return cls(proc.stdout, proc.stdin, proc, timeout)

@@ -39,13 +39,15 @@ class Settings:
     summary_provider: str | None = None
     summary_model: str | None = None
     summarize_timeout_seconds: float = 120.0
+    # session config for sessions without their own value (`serve --set/--config`)
+    config: dict[str, Any] = attrs.field(factory=dict)
 
 
 class App:
     def __init__(self, server: CompactdServer, settings: Settings) -> None:
         self.server = server
         self.settings = settings
-        defaults: dict[str, Any] = {}
+        defaults: dict[str, Any] = dict(settings.config)
         if settings.idle_seconds is not None:
             defaults["idle_seconds"] = settings.idle_seconds
         self.engine = Engine(
