@@ -578,6 +578,8 @@ async def _run_client(ns: argparse.Namespace) -> int:
     client = await CompactdClient.spawn(
         data_dir=ns.data_dir, args=daemon_args(ns), new_process_group=True
     )
+    if ns.verbose and client.process is not None:
+        _err(ns).print(f"compactd: daemon started (pid {client.process.pid})")
     try:
         if ns.command in SESSION_COMMANDS:
             await _resolve_session(ns, client)
