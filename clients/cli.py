@@ -94,7 +94,8 @@ async def daemon_progress(
 ) -> AsyncIterator[str | None]:
     """A work-done token for one call, and a rich spinner on stderr fed by the daemon's
     `$/progress` for it (`None`, and nothing shown, with `-q`)."""
-    if ns.quiet:
+    console = _err(ns)
+    if ns.quiet or not console.is_terminal:  # a log or a pipe gets no spinner frames
         yield None
         return
     token = f"cli-{uuid.uuid4().hex[:12]}"
@@ -102,7 +103,7 @@ async def daemon_progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
         TimeElapsedColumn(),
-        console=_err(ns),
+        console=console,
         transient=True,
     ) as bar:
         task = bar.add_task(what, total=None)

@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--index", type=int, default=0, help="which session of a multi-session file")
     p.add_argument("--steps", action="store_true", help="print every step, not only totals")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the whole report as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="draw tokens per step and cumulative cost")
 
 

@@ -132,10 +132,11 @@ class Engine:
         from .importers import load_transcript
         from .importers.apply import import_session
 
+        conversations = load_transcript(path)  # a missing or unreadable file: InvalidContent
         digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
         known = {} if new else self._imported_before()
         ids, warnings, existing = [], [], []
-        for imported in load_transcript(path):
+        for imported in conversations:
             key = (digest, imported.source_id)
             if key in known:
                 ids.append(known[key])
