@@ -91,6 +91,7 @@ class Engine:
         self._last_estimate: dict[str, tuple[str | None, int]] = {}
         self._prepared: dict[str, tuple[str, str | None, SummaryResult]] = {}
         self._overflow: dict[str, Overflow] = {}
+        self._summaries: dict[str, tuple[Any, SessionSummary]] = {}
 
     # ---- sessions ----------------------------------------------------------------------------
 
@@ -174,9 +175,19 @@ class Engine:
         meta = header.get("meta") if isinstance(header, dict) else None
         return meta if isinstance(meta, dict) else {}
 
-    def summary(self, session_id: str) -> SessionSummary:
+    def summary(self, session_id: str, stamp: Any = None) -> SessionSummary:
         """Source, title, turns and tokens (the current branch rendered with the defaults),
-        without keeping the session loaded; a log that cannot be read shows as empty."""
+        without keeping the session loaded; a log that cannot be read shows as empty.
+        `stamp` (the log's size and mtime): while it is the same, the last answer stands, so
+        an editor polling the list does not re-render every session."""
+        cached = self._summaries.get(session_id)
+        if stamp is not None and cached is not None and cached[0] == stamp:
+            return cached[1]
+        summary = self._summarize(session_id)
+        self._summaries[session_id] = (stamp, summary)
+        return summary
+
+    def _summarize(self, session_id: str) -> SessionSummary:
         try:
             session = self.sessions.get(session_id) or self.library.load(session_id)
             rendered = self.render_session(session, RenderParams())

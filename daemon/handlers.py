@@ -67,7 +67,7 @@ def register(server: CompactdServer, app: App) -> None:
         for sid in engine.list():
             stat = engine.store.log_path(sid).stat()
             loaded = sid in engine.sessions
-            summary = engine.summary(sid)
+            summary = engine.summary(sid, (stat.st_size, stat.st_mtime_ns))
             out.append(
                 t.SessionInfo(
                     sid,

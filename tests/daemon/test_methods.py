@@ -15,7 +15,7 @@ from compactd.clients.client import CompactdClient, RpcError
 from compactd.context.budget import prior_ratio
 from compactd.context.policy import CLEARED_PLACEHOLDER, RUNNING_FUNCTION_PLACEHOLDER
 from compactd.protocol import types as t
-from compactd.protocol.convert import unstructure
+from compactd.protocol.convert import ParamsError, unstructure
 
 from tests.support.invariants import check_anthropic_pairing, check_openai_pairing
 from tests.support.logs import log_bytes
@@ -437,6 +437,22 @@ async def test_prompt_too_long_runs_tier_5_on_the_next_render(client: CompactdCl
     assert reactive["data"]["limit"] == maximum
     # taken once: the render after that is an ordinary one
     assert (await client.render(sid, model=MODEL)).events == []
+
+
+async def test_plain_dicts_work_wherever_a_wire_type_does(client: CompactdClient) -> None:
+    """`report_usage(error={...})` is what a user writes with a provider's JSON error at hand;
+    a wrong type fails in the client, naming the field, before anything is sent."""
+    sid = await new_session(client, "m-dicts", tool_turns("d", 6, 1500, "Deploy"))
+    estimate = (await client.render(sid, model=MODEL)).tokens.estimate
+    message = f"prompt is too long: {2 * estimate} tokens > {int(1.2 * estimate)} maximum"
+    report = await client.report_usage(sid, MODEL, error={"status": 400, "message": message})
+    assert isinstance(report, t.ReportUsageResult) and report.overflow is True
+    rendered = await client.render(sid, model=MODEL, system="You are terse.")
+    assert isinstance(rendered.tokens, t.RenderTokens)
+    assert all(isinstance(e, t.CompactionEvent) for e in rendered.events) and rendered.events
+    with pytest.raises(ParamsError) as caught:
+        await client.render(sid, window="big")  # type: ignore[arg-type]
+    assert "params.window" in str(caught.value)
 
 
 async def test_tier_5_runs_once_per_turn(client: CompactdClient, data_dir: Path) -> None:
