@@ -2,8 +2,9 @@
 
 A small JSON-RPC 2.0 peer over LSP framing, written here rather than on pygls' client so a
 client pulls in neither pygls nor the engine (only `compactd.protocol`), starts fast, and
-puts a timeout on every call. Typed methods take and return the attrs types of
-`compactd.protocol.types`; notifications arrive as callbacks or through an async iterator;
+puts a timeout on every call (a timed-out or cancelled call sends `$/cancelRequest`). Typed
+methods take keyword arguments — attrs types of `compactd.protocol.types` or plain dicts —
+and return those attrs types; notifications arrive as callbacks or through an async iterator;
 `context/summarize` requests from the daemon go to a handler you register.
 """
 
