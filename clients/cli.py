@@ -547,7 +547,7 @@ def session_config(config: str | None, settings: list[str]) -> dict[str, Any]:
 async def _resolve_session(ns: argparse.Namespace, client: CompactdClient) -> None:
     """An id prefix names the one session it starts."""
     wanted = ns.session
-    ids = [info.session_id for info in (await client.list_sessions()).sessions]
+    ids = [info.session_id for info in (await client.list_sessions(wanted)).sessions]
     if wanted in ids:
         return
     matches = [sid for sid in ids if sid.startswith(wanted)]

@@ -283,8 +283,9 @@ class CompactdClient:
     ) -> t.OpenResult:
         return await self.call(m.SESSION_OPEN, t.OpenParams(session_id, config), t.OpenResult)
 
-    async def list_sessions(self) -> t.ListResult:
-        return await self.call(m.SESSION_LIST, {}, t.ListResult)
+    async def list_sessions(self, prefix: str | None = None) -> t.ListResult:
+        """Sessions, newest first; with `prefix`, only those whose id starts with it."""
+        return await self.call(m.SESSION_LIST, wire_params(t.ListParams, locals()), t.ListResult)
 
     async def get(
         self, session_id: str, node_id: str | None = None, branch: str | None = None

@@ -65,6 +65,8 @@ def register(server: CompactdServer, app: App) -> None:
     def session_list(ls: CompactdServer, p: t.ListParams) -> t.ListResult:
         out = []
         for sid in engine.list():
+            if p.prefix is not None and not sid.startswith(p.prefix):
+                continue
             stat = engine.store.log_path(sid).stat()
             loaded = sid in engine.sessions
             summary = engine.summary(sid, (stat.st_size, stat.st_mtime_ns))

@@ -40,7 +40,9 @@ class OpenResult:
 
 @attrs.define
 class ListParams:
-    pass
+    """`prefix`: only the sessions whose id starts with it (how a short id is resolved)."""
+
+    prefix: str | None = None
 
 
 @attrs.define

@@ -165,7 +165,11 @@ export interface ImportResult {
   existing?: string[];
 }
 
-export type ListParams = Record<string, never>;
+/** `prefix`: only the sessions whose id starts with it (how a short id is resolved). */
+export interface ListParams {
+  /** Default: `null` (may be omitted). */
+  prefix?: string | null;
+}
 
 export interface ListResult {
   sessions: SessionInfo[];
