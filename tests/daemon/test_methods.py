@@ -100,6 +100,24 @@ async def test_open_creates_then_loads_and_list_shows_them(
     assert info.size_bytes == session_log(data_dir, "m-open").stat().st_size > 0
 
 
+async def test_list_shows_what_each_session_holds_newest_first(client: CompactdClient) -> None:
+    older = await new_session(client, "m-list-a", [user("first request")])
+    newer = await new_session(client, "m-list-b", tool_turns("lb", 2, 300))
+    await client.append(newer, [{"role": "user", "content": "and one more"}])
+    sessions = (await client.list_sessions()).sessions
+    assert [s.modified for s in sessions] == sorted((s.modified for s in sessions), reverse=True)
+    listed = {s.session_id: s for s in sessions}
+    assert listed[newer].turns == 3 and listed[older].turns == 1
+    assert listed[newer].tokens == (await client.measure(newer)).total > listed[older].tokens > 0
+    assert listed[older].source is None  # made live, not imported
+    only = (await client.list_sessions(prefix="m-list-")).sessions
+    assert {s.session_id for s in only} == {older, newer}
+    # a session appended to since the last listing is listed afresh, not from the cache
+    await client.append(older, [{"role": "assistant", "content": "done"}])
+    await client.append(older, [user("second request")])
+    assert {s.session_id: s for s in (await client.list_sessions()).sessions}[older].turns == 2
+
+
 async def test_append_anthropic_makes_tool_nodes_and_results(client: CompactdClient) -> None:
     sid = await new_session(client, "m-anthropic", [])
     first = await client.append(
