@@ -393,9 +393,12 @@ class CompactdClient:
         subcalls: bool = False,
         expose: t.Expose | None = None,
         work_done_token: str | None = None,
+        recall: bool | None = None,
+        fallback_models: list[str] | None = None,
     ) -> t.RenderResult:
-        """The next request (`request`), its size (`tokens`) and what the cascade did
-        (`events`); `overflow` is the provider's prompt-too-long error, to run Tier 5."""
+        """The next request (`request`, sent with `headers`), its size (`tokens`) and what the
+        cascade did (`events`); `overflow` is the provider's prompt-too-long error, to run
+        Tier 5; `fallback_models`: the request must fit each of them too."""
         params = wire_params(t.RenderParams, locals())
         return await self.call(m.CONTEXT_RENDER, params, t.RenderResult)
 
@@ -411,6 +414,8 @@ class CompactdClient:
         tools: list[Json] | None = None,
         format: t.Format = "anthropic",
         viewer: str | None = None,
+        recall: bool | None = None,
+        fallback_models: list[str] | None = None,
     ) -> t.MeasureResult:
         """Tokens by category (the context panel), without changing anything."""
         params = wire_params(t.RenderParams, locals())
@@ -459,6 +464,38 @@ class CompactdClient:
         return await self.call(
             m.CONTEXT_UNCOLLAPSE, t.UncollapseParams(session_id, collapse_id), t.UncollapseResult
         )
+
+    async def recall(
+        self,
+        session_id: str,
+        handle: str,
+        start_line: int | None = None,
+        end_line: int | None = None,
+        branch: str | None = None,
+    ) -> t.RecallResult:
+        return await self.call(
+            m.CONTEXT_RECALL,
+            t.RecallParams(session_id, handle, start_line, end_line, branch),
+            t.RecallResult,
+        )
+
+    async def answer_recall(self, session_id: str, tool_use: dict[str, Any]) -> dict[str, Any]:
+        """The `tool_result` block answering the model's `compactd_recall` call: the recalled
+        lines, with a note on how to continue when the page was cut. A bad handle or line is
+        the model's mistake, so it comes back as an error result the model can read."""
+        inp = tool_use.get("input") or {}
+        try:
+            got = await self.recall(
+                session_id, str(inp.get("handle", "")), inp.get("startLine"), inp.get("endLine")
+            )
+        except RpcError as err:
+            return {
+                "type": "tool_result",
+                "tool_use_id": tool_use["id"],
+                "content": err.message,
+                "is_error": True,
+            }
+        return {"type": "tool_result", "tool_use_id": tool_use["id"], "content": recall_text(got)}
 
     async def report_usage(
         self,
@@ -540,3 +577,13 @@ def wire_params(cls: type[R], args: dict[str, Any]) -> R:
         if k in names and v is not None
     }
     return structure(raw, cls, cls.__name__)
+
+
+def recall_text(got: t.RecallResult) -> str:
+    """A recalled page as the model reads it; a cut page says where to continue."""
+    if not got.truncated:
+        return got.text
+    return (
+        f"{got.text}\n[compactd: lines {got.start_line}–{got.end_line} of {got.total_lines}; "
+        f"call compactd_recall with startLine={got.end_line + 1} for more]"
+    )

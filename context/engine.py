@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +26,11 @@ from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE
 from .render.request import Rendered, RenderParams, render_request
 from .session import UNSET, AppendResult, Library, Session
 from .store import Store
-from .summarizer.types import Steps, SummaryResult
+from .summarizer.types import Steps
 from .tiers import microcompact, rolling_summary, snip
 from .tiers.base import Outcome, Run, TierEvent
 from .tiers.reactive import Overflow, parse_overflow
+from .tiers.rolling_summary import PreparedKey
 from .tokens import COUNTER, Counter
 from .visibility import ViewOptions
 
@@ -88,8 +89,11 @@ class Engine:
         self.summary_provider = summary_provider  # the daemon's default provider name
         self.sessions: dict[str, Session] = {}
         self._calibration: dict[str, tuple[int, Calibration]] = {}
-        self._last_estimate: dict[str, tuple[str | None, int]] = {}
-        self._prepared: dict[str, tuple[str, str | None, SummaryResult]] = {}
+        # per session: (model, estimate of what the model sees, estimate of what was sent)
+        self._last_estimate: dict[str, tuple[str | None, int, int]] = {}
+        # session -> (range key, (checkpoint, its input)): one prepared summary per session
+        self._prepared: dict[str, tuple[PreparedKey, Any]] = {}
+        self._preparations: dict[str, list[PreparedKey]] = {}  # ranges tried, newest last
         self._overflow: dict[str, Overflow] = {}
         self._summaries: dict[str, tuple[Any, SessionSummary]] = {}
 
@@ -204,6 +208,7 @@ class Engine:
         self.sessions.pop(session_id, None)
         self._calibration.pop(session_id, None)
         self._prepared.pop(session_id, None)
+        self._preparations.pop(session_id, None)
 
     def list(self) -> list[str]:
         return self.library.list()
@@ -227,7 +232,11 @@ class Engine:
             data = rec.data
             if rec.kind in (USAGE, REACTIVE) and data.get("estimated") and data.get("reported"):
                 adopt = cal.force if (rec.kind == REACTIVE or data.get("exact")) else cal.observe
-                counted = data["reported"] + int(data.get("cleared") or 0)
+                counted = data["reported"]
+                if "cleared" in data and "sent" not in data:
+                    # the provider cleared by an edit we did not count (a client's own):
+                    # add it back, so the count of what we sent is compared
+                    counted += int(data["cleared"] or 0)
                 adopt(data.get("model") or "", counted, data["estimated"])
         self._calibration[session.id] = (version, cal)
         return cal
@@ -272,7 +281,11 @@ class Engine:
         session = self.session(session_id)
         rendered = self.render_session(session, params)
         if remember:
-            self._last_estimate[session_id] = (params.spec.model, rendered.estimate)
+            self._last_estimate[session_id] = (
+                params.spec.model,
+                rendered.estimate,
+                rendered.sent_estimate,
+            )
         return rendered
 
     def render_session(
@@ -283,20 +296,36 @@ class Engine:
         extra_records: list[Record] | None = None,
         calibration: Calibration | None = None,
     ) -> Rendered:
-        """The one render of a session: the request as the model will get it, Tier 1's
-        server-side edit included (`extra_records`: drafts a cascade run is trying)."""
+        """The one render of a session: the request to send, measured as the model will see
+        it — after Tier 1's server-side clears, whose edit it carries (`extra_records`: drafts
+        a cascade run is trying)."""
         policy = self.policy(session)
-        rendered = render_request(
-            session.graph,
-            params.view,
-            params.spec,
-            policy,
-            calibration if calibration is not None else self.calibration(session),
-            counter=self.counter,
-            extra_records=extra_records,
-        )
-        microcompact.attach_server_edit(rendered, session.graph, policy, params.spec)
-        return rendered
+        cal = calibration if calibration is not None else self.calibration(session)
+
+        def render(as_seen: tuple[Collection[str], Collection[str]] | None) -> Rendered:
+            return render_request(
+                session.graph,
+                params.view,
+                params.spec,
+                policy,
+                cal,
+                counter=self.counter,
+                extra_records=extra_records,
+                as_seen=as_seen,
+            )
+
+        rendered = render(None)
+        proj = rendered.projection
+        if not proj.server_clears:
+            return rendered
+        if not microcompact.server_path(policy, params.spec):
+            # no provider clears this request: the same calls are cleared client-side
+            return render((proj.cache_cleared.keys(), proj.cache_cleared_inputs.keys()))
+        plan = microcompact.server_plan(rendered, policy, params.spec)
+        if plan is None:  # the cleared calls are out of this request already
+            return rendered
+        seen = render((plan.results, plan.inputs))
+        return microcompact.server_edit(rendered, seen, plan, policy)
 
     def cascade(
         self,
@@ -327,7 +356,12 @@ class Engine:
 
     def _remembering(self, session_id: str, params: RenderParams, gen: Drive) -> Drive:
         outcome = yield from gen
-        self._last_estimate[session_id] = (params.spec.model, outcome.rendered.estimate)
+        rendered = outcome.rendered
+        self._last_estimate[session_id] = (
+            params.spec.model,
+            rendered.estimate,
+            rendered.sent_estimate,
+        )
         return outcome
 
     def snip(self, session_id: str, params: RenderParams, target: int | None) -> Outcome:
@@ -374,8 +408,8 @@ class Engine:
         )[0]
 
     def prepare(self, session_id: str, params: RenderParams) -> Steps[bool] | None:
-        """A generator preparing the next Tier 4 summary, or None when it is not worth it (no
-        provider, occupancy under `prepare_occupancy`, already prepared)."""
+        """A generator preparing the next Tier 4 summary, or None when it is not worth it: no
+        provider, or the next compaction is not near (occupancy under `prepare_occupancy`)."""
         session = self.session(session_id)
         provider = self.provider_for(session)
         if provider is None:
@@ -387,29 +421,35 @@ class Engine:
 
     # ---- summaries prepared in the background -------------------------------------------------
 
-    def prepared_summary(
-        self, session_id: str, digest: str, model: str | None
-    ) -> SummaryResult | None:
-        """A summary prepared for exactly this source range and model, taken once."""
+    PREPARATIONS_KEPT = 16
+
+    def claim_preparation(self, session_id: str, key: PreparedKey) -> bool:
+        """True the first time a range is to be prepared; False after (at most once per range,
+        whatever came of it)."""
+        tried = self._preparations.setdefault(session_id, [])
+        if key in tried:
+            return False
+        tried.append(key)
+        del tried[: -self.PREPARATIONS_KEPT]
+        return True
+
+    def prepared_summary(self, session_id: str, key: PreparedKey) -> Any | None:
+        """The summary prepared for exactly this range, model and instructions, taken once."""
         entry = self._prepared.get(session_id)
-        if entry is None or entry[0] != digest or entry[1] != model:
+        if entry is None or entry[0] != key:
             return None
         del self._prepared[session_id]
-        return entry[2]
+        return entry[1]
 
-    def keep_prepared(
-        self, session_id: str, digest: str, model: str | None, result: SummaryResult
-    ) -> None:
-        self._prepared[session_id] = (digest, model, result)
+    def keep_prepared(self, session_id: str, key: PreparedKey, prepared: Any) -> None:
+        self._prepared[session_id] = (key, prepared)
 
-    def has_prepared(
-        self, session_id: str, digest: str | None = None, model: str | None = None
-    ) -> bool:
-        """Whether a summary is prepared (for exactly this range and model, when given)."""
+    def has_prepared(self, session_id: str, key: PreparedKey | None = None) -> bool:
+        """Whether a summary is prepared (for exactly this key, when given)."""
         entry = self._prepared.get(session_id)
         if entry is None:
             return False
-        return digest is None or (entry[0] == digest and entry[1] == model)
+        return key is None or entry[0] == key
 
     # ---- idle ---------------------------------------------------------------------------------
 
@@ -488,19 +528,26 @@ class Engine:
         usage: dict[str, Any] | None = None,
         *,
         estimated: int | None = None,
+        sent: int | None = None,
         applied_edits: list[dict[str, Any]] | None = None,
     ) -> tuple[float, int | None, int | None]:
         """Keep what the provider counted for the last rendered request; later estimates for
-        this model are scaled by the observed ratio. Returns (ratio, reported, estimated)."""
+        this model are scaled by the observed ratio. Returns (ratio, reported, estimated).
+
+        `estimated` is our count of what the model saw (after a server-side clear), `sent`
+        of the request as sent; without them, the last render's."""
         session = self.session(session_id)
         if estimated is None:
             last = self._last_estimate.get(session_id)
             estimated = last[1] if last is not None else 0
+            sent = last[2] if last is not None else None
         reported = reported_prompt_tokens(usage) if usage else None
         data: dict[str, Any] = {"model": model, "estimated": estimated}
+        if sent is not None and sent != estimated:
+            data["sent"] = sent
         if reported is not None and applied_edits:
-            # the provider counted the request after its own clears: calibration adds them
-            # back, so it compares the count of what we sent (else estimates would shrink)
+            # what the provider cleared itself (our estimate already took off what Tier 1's
+            # server path asked it to clear; see `calibration`)
             data["cleared"] = sum(int(e.get("cleared_input_tokens") or 0) for e in applied_edits)
         if usage:
             data["usage"] = usage

@@ -72,6 +72,13 @@ class UnknownBranch(CompactdError):
     kind = "unknown_branch"
 
 
+class UnknownHandle(CompactdError):
+    """A recall handle this session did not render on this branch (unknown, foreign, other
+    branch, or nothing to recall yet)."""
+
+    kind = "unknown_handle"
+
+
 class InvalidConfig(CompactdError):
     kind = "invalid_config"
 

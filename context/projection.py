@@ -9,12 +9,13 @@ Whatever the records say, a render never hides the path's protected turns (the a
 the latest complete turn, every turn holding a running function). Tiers only cover turns that
 are removable on the path they cut, but a record also applies to every branch forked after its
 covered nodes, and there those turns can be the latest ones: a record touching one is not
-applied there (a snip skips just that turn).
+applied there (a snip skips just that turn; evidence names the turn of its result).
 """
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -47,14 +48,40 @@ class Projection:
     snipped: dict[str, Record] = attrs.field(factory=dict)  # turn start id -> snip
     collapsed: dict[str, Record] = attrs.field(factory=dict)  # turn start id -> collapse
     cleared: dict[str, Record] = attrs.field(factory=dict)  # tool node id -> time-based clear
-    cache_cleared: dict[str, Record] = attrs.field(factory=dict)  # tool id -> provider clear
     cleared_inputs: dict[str, Record] = attrs.field(factory=dict)  # tool id -> inputs shortened
+    # the same two, cleared by the provider (Tier 1's server path): the messages sent keep
+    # them, the model does not see them
+    cache_cleared: dict[str, Record] = attrs.field(factory=dict)
+    cache_cleared_inputs: dict[str, Record] = attrs.field(factory=dict)
     evidence: dict[str, Record] = attrs.field(factory=dict)  # tool node id -> evidence
     abandoned: frozenset[str] = frozenset()  # tool node ids that will never get a result
     applied: list[Record] = attrs.field(factory=list)
 
     def key(self) -> tuple[Any, ...]:
         return tuple(r.id for r in self.applied)
+
+    @property
+    def server_clears(self) -> bool:
+        return bool(self.cache_cleared or self.cache_cleared_inputs)
+
+    def as_seen(self, results: Iterable[str], inputs: Iterable[str]) -> Projection:
+        """What the model sees once the provider cleared these tool nodes' results and
+        inputs (the provider's rule may reach calls no record names: it clears a prefix)."""
+        records = [*self.cache_cleared.values(), *self.cache_cleared_inputs.values()]
+        fallback = records[-1] if records else None
+        if fallback is None:
+            return self
+
+        def marked(ids: Iterable[str], own: dict[str, Record]) -> dict[str, Record]:
+            return {i: own.get(i, fallback) for i in ids}
+
+        return attrs.evolve(
+            self,
+            cleared={**marked(results, self.cache_cleared), **self.cleared},
+            cleared_inputs={**marked(inputs, self.cache_cleared_inputs), **self.cleared_inputs},
+            cache_cleared={},
+            cache_cleared_inputs={},
+        )
 
 
 def applicable(graph: Graph, path: Path, kinds: frozenset[str] = CONTEXT_KINDS) -> list[Record]:
@@ -70,7 +97,7 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
         records = records + [r for r in extra if graph.record_applies(r, path)]
     undone = {r.data.get("collapse") for r in records if r.kind == UNCOLLAPSE}
     guard: frozenset[str] = frozenset()
-    if any(r.kind in _TURN_KINDS for r in records):
+    if any(r.kind in _GUARDED for r in records):
         guard = protected_starts(graph, path)
     for rec in records:
         kind = rec.kind
@@ -80,7 +107,7 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
             if rec.data["through"] == path.head:
                 continue
             starts = rec.data.get("turns", [])
-        elif kind in _TURN_KINDS and guard.intersection(rec.data.get("turns", [])):
+        elif kind in _GUARDED and guard.intersection(rec.data.get("turns", [])):
             if kind != SNIP:
                 continue  # it would hide a protected turn of this path: not in force here
             starts = [s for s in rec.data.get("turns", []) if s not in guard]
@@ -101,11 +128,13 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
             for start in starts:
                 proj.snipped[start] = rec
         elif kind == CLEAR:
-            target = proj.cache_cleared if rec.data.get("mode") == "cache" else proj.cleared
+            server = rec.data.get("mode") == "cache"
+            results = proj.cache_cleared if server else proj.cleared
+            inputs = proj.cache_cleared_inputs if server else proj.cleared_inputs
             for node_id in rec.data.get("results", rec.covers):
-                target.setdefault(node_id, rec)
+                results.setdefault(node_id, rec)
             for node_id in rec.data.get("inputs", ()):
-                proj.cleared_inputs.setdefault(node_id, rec)
+                inputs.setdefault(node_id, rec)
         elif kind == ABANDON:
             proj.abandoned = proj.abandoned | frozenset(rec.covers)
         elif kind == EVIDENCE:
@@ -121,6 +150,9 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
 
 
 _TURN_KINDS = frozenset({SUMMARY, COLLAPSE, SNIP})
+# evidence stands for a result its summary replaced: on a fork where the result's turn is
+# protected (the summary is not in force there), the result shows as it was
+_GUARDED = _TURN_KINDS | {EVIDENCE}
 
 
 def protected_starts(graph: Graph, path: Path) -> frozenset[str]:

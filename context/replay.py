@@ -29,6 +29,7 @@ from .engine import Engine, RenderParams
 from .errors import CannotFit
 from .importers.apply import OpApplier, steps
 from .importers.plan import ImportedSession, Note
+from .recall import RecallCounts
 from .render.request import Rendered, RequestSpec
 from .summarizer.types import Steps
 from .tiers.base import TierEvent
@@ -220,6 +221,7 @@ class ReplayReport:
     main: dict[str, Totals]  # by policy: the main thread's requests only
     units: Units | None = None
     write_price: float = 0.0
+    recall: RecallCounts | None = None  # cut on arrival, cleared, handles shown
 
     @property
     def compactd(self) -> Totals:
@@ -238,6 +240,7 @@ class ReplayReport:
             "steps": [s.to_json() for s in self.steps],
             "totals": {p: (t.to_json() if (t := self.totals.get(p)) else None) for p in POLICIES},
             "mainThread": {p: (t.to_json() if (t := self.main.get(p)) else None) for p in POLICIES},
+            "recall": self.recall.to_json() if self.recall else None,
         }
 
 
@@ -248,8 +251,10 @@ def _camel(name: str) -> str:
 
 def request_blocks(rendered: Rendered, counter: Any) -> list[tuple[bytes, int]]:
     """The request as the cache sees it: (content key, tokens) per block, in prefix order
-    (tools, system, then each message's blocks; cache_control marks are not content)."""
-    request = rendered.request
+    (tools, system, then each message's blocks; cache_control marks are not content). With
+    Tier 1's server path that is the request after the provider's clear: a clear re-writes
+    the cache from the cleared point, by the documented rule."""
+    request = rendered.seen_request
     out: list[tuple[bytes, int]] = []
 
     def key(kind: str, value: Any) -> bytes:
@@ -275,6 +280,14 @@ def request_blocks(rendered: Rendered, counter: Any) -> list[tuple[bytes, int]]:
         overhead = MESSAGE_OVERHEAD if position == 0 else 0
         out.append((key(role + str(position == 0), plain), part.tokens + overhead))
     return out
+
+
+def _applied_edits(rendered: Rendered, ratio: float) -> list[dict[str, Any]] | None:
+    """What the provider reports as applied for a request carrying Tier 1's server edit."""
+    if rendered.server is None:
+        return None
+    cleared = round((rendered.sent_estimate - rendered.estimate) * ratio)
+    return [{"type": "clear_tool_uses_20250919", "cleared_input_tokens": cleared}]
 
 
 def scaled(blocks: list[tuple[bytes, int]], ratio: float) -> list[tuple[bytes, int]]:
@@ -417,6 +430,7 @@ def replay(
     previous: float | None = None
     limit = window = 0
     by_index = {r.index: r for r in recorded}
+    recall_counts = RecallCounts()
     for index, step in enumerate(steps(imported)):
         for op in step.ops:
             applier.apply(op)
@@ -450,9 +464,16 @@ def replay(
             cannot_fit = True
             rendered = engine.render_session(session, params)
         tokens = round(rendered.estimate * ratio)  # what the provider counts
+        if policy.recall:  # handles only show with recall on
+            recall_counts.observe(rendered.request)
         if not cannot_fit:  # the usage a live client reports after the call
             engine.record_usage(
-                session.id, model or "", {"input_tokens": tokens}, estimated=rendered.estimate
+                session.id,
+                model or "",
+                {"input_tokens": tokens},
+                estimated=rendered.estimate,
+                sent=rendered.sent_estimate,
+                applied_edits=_applied_edits(rendered, ratio),
             )
         limit, window = rendered.budget.limit, rendered.budget.window
         charge = cache.request(scaled(request_blocks(rendered, engine.counter), ratio), at)
@@ -513,6 +534,12 @@ def replay(
                 scope["recorded"].add_recorded(rec.usage, cost, limit)
             row.recorded_tokens, row.recorded_cost = prompt, round(cost, 1)
         report_steps.append(row)
+    recall_counts.finish(
+        session.graph,
+        policy.max_tool_result_chars,
+        policy.truncate_head_chars,
+        policy.truncate_tail_chars,
+    )
     return ReplayReport(
         imported.source_id,
         window,
@@ -525,6 +552,7 @@ def replay(
         main,
         units,
         write_price,
+        recall_counts,
     )
 
 

@@ -7,6 +7,7 @@ that decides what the context holds is in `compactd.context`. Work the daemon do
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from pathlib import Path
@@ -55,6 +56,7 @@ class App:
         )
         self._providers: dict[tuple[str, str], Any] = {}
         self.last_params: dict[str, Any] = {}  # session -> the RenderParams of its last render
+        self.preparing: dict[str, asyncio.Task[None]] = {}  # session -> its background summary
         self.registry = Registry(self.engine, evict_after=settings.evict_after_seconds)
         self.registry.on_first_touch.append(self._listen)
 

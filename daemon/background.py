@@ -59,21 +59,32 @@ async def idle_loop(app: App) -> None:
                 if session is not None:
                     session.catch_up()
                     run_idle_if_due(app, session)
-                    await prepare_if_idle(app, session)
+                    prepare_if_idle(app, session)
         except Exception:
             log.exception("idle check failed")
 
 
-async def prepare_if_idle(app: App, session: Session) -> None:
-    """While the user is away and the context is filling up, prepare the next rolling
-    summary so the compaction that will come costs no waiting."""
+def prepare_if_idle(app: App, session: Session) -> None:
+    """While the user is away and the next compaction is near, prepare the next rolling
+    summary so the compaction that will come costs no waiting. A task of its own, one per
+    session at a time: the idle loop (and every other session) does not wait for it."""
     params = app.last_params.get(session.id)
-    if params is None:
+    if params is None or session.id in app.preparing:
         return
     idle = time.time() - session.graph.last_activity
     if idle < app.engine.policy(session).prepare_idle_seconds:
         return
-    await prepare_summary(app, session.id, params)
+    task = asyncio.create_task(_prepare(app, session.id, params))
+    app.preparing[session.id] = task
+
+
+async def _prepare(app: App, session_id: str, params: Any) -> None:
+    try:
+        await prepare_summary(app, session_id, params)
+    except Exception:
+        log.exception("preparing a summary for %s failed", session_id)
+    finally:
+        app.preparing.pop(session_id, None)
 
 
 async def watch_loop(app: App) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 from ..context.budget import known_model, model_spec
 from ..context.engine import RenderParams as EngineRenderParams
 from ..context.policy import policy_from_config
+from ..context.recall import recall
 from ..context.render.request import RequestSpec
 from ..context.session import UNSET
 from ..context.visibility import ViewOptions
@@ -36,6 +37,8 @@ def engine_params(p: t.RenderParams | t.CompactParams | t.SnipParams) -> EngineR
         format=p.format,
         cache=getattr(p, "cache", True),
         cache_ttl=getattr(p, "cache_ttl", None),
+        recall=getattr(p, "recall", None),
+        fallback_models=tuple(getattr(p, "fallback_models", None) or ()),
     )
     return EngineRenderParams(view=view, spec=spec)
 
@@ -167,6 +170,7 @@ def register(server: CompactdServer, app: App) -> None:
             rendered.request,
             render_tokens(rendered.tokens()),
             [compaction_event(e) for e in events],
+            rendered.headers,
             assumptions(p),
         )
 
@@ -216,6 +220,22 @@ def register(server: CompactdServer, app: App) -> None:
         session = app.session(p.session_id)
         record_id = engine.uncollapse(session.id, p.collapse_id)
         return t.UncollapseResult(record_id is not None, record_id)
+
+    @rpc(server, m.CONTEXT_RECALL)
+    def context_recall(ls: CompactdServer, p: t.RecallParams) -> t.RecallResult:
+        session = app.session(p.session_id)
+        g = session.graph
+        got = recall(
+            g,
+            p.handle,
+            g.branch_path(p.branch),
+            engine.policy(session).recall_max_chars,
+            p.start_line,
+            p.end_line,
+        )
+        return t.RecallResult(
+            got.text, got.total_lines, got.start_line, got.end_line, got.truncated
+        )
 
     @rpc(server, m.CONTEXT_REPORT_USAGE)
     def report_usage(ls: CompactdServer, p: t.ReportUsageParams) -> t.ReportUsageResult:

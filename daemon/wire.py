@@ -7,7 +7,7 @@ from typing import Any
 
 from ..context.tiers.base import TierEvent
 from ..protocol.convert import unstructure
-from ..protocol.types import CompactedNotification, CompactionEvent, RenderTokens
+from ..protocol.types import CompactedNotification, CompactionEvent, ModelBudget, RenderTokens
 
 
 def compacted(session_id: str, event: TierEvent) -> CompactedNotification:
@@ -56,6 +56,20 @@ def render_tokens(tokens: dict[str, Any]) -> RenderTokens:
         categories=dict(tokens["categories"]),
         turns=tokens["turns"],
         turns_shown=tokens["turnsShown"],
+        cleared_by_provider=tokens.get("clearedByProvider", 0),
+        models=[
+            ModelBudget(
+                model=b["model"],
+                window=b["window"],
+                limit=b["limit"],
+                output_reserve=b["outputReserve"],
+                total=b["total"],
+                binding=b["binding"],
+            )
+            for b in tokens["models"]
+        ]
+        if "models" in tokens
+        else None,
     )
 
 

@@ -207,6 +207,23 @@ class RenderParams:
     cache_ttl: Literal["5m", "1h"] | None = None
     overflow: ProviderError | None = None
     work_done_token: str | None = None
+    # markers name recall handles and the request carries `compactd_recall` (default: the
+    # session's `recall` config)
+    recall: bool | None = None
+    # the request must fit each of these models too; `tokens.models` reports every budget
+    fallback_models: list[str] | None = None
+
+
+@attrs.define
+class ModelBudget:
+    """One model's budget for the rendered request (`binding`: the tightest)."""
+
+    model: str | None
+    window: int
+    limit: int
+    output_reserve: int
+    total: int
+    binding: bool
 
 
 @attrs.define
@@ -224,6 +241,9 @@ class RenderTokens:
     categories: dict[str, int]
     turns: int
     turns_shown: int
+    # what the provider will clear server-side (Tier 1's server path), not in `total`
+    cleared_by_provider: int = 0
+    models: list[ModelBudget] | None = None  # with `fallbackModels`: every model's budget
 
 
 @attrs.define
@@ -243,9 +263,12 @@ class CompactionEvent:
 class RenderResult:
     """`warnings`: what the daemon assumed (an unknown model's window, …)."""
 
-    request: Json
+    request: Json  # the HTTP body to send
     tokens: RenderTokens
     events: list[CompactionEvent]
+    # HTTP headers the request needs — {"anthropic-beta": "context-management-2025-06-27"}
+    # when it carries Tier 1's server-side edit; send them with it (the SDK's `extra_headers`)
+    headers: dict[str, str] = attrs.Factory(dict)
     warnings: list[str] = attrs.field(factory=list)
 
 
@@ -322,6 +345,27 @@ class UncollapseParams:
 class UncollapseResult:
     applied: bool
     record_id: str | None
+
+
+@attrs.define
+class RecallParams:
+    """Answer the model's `compactd_recall` call: lines of what a handle in a rendered
+    marker stands for, at most `recallMaxChars` characters of whole lines."""
+
+    session_id: str
+    handle: str
+    start_line: int | None = None
+    end_line: int | None = None
+    branch: str | None = None
+
+
+@attrs.define
+class RecallResult:
+    text: str
+    total_lines: int
+    start_line: int
+    end_line: int
+    truncated: bool
 
 
 @attrs.define
@@ -453,6 +497,7 @@ METHODS: dict[str, tuple[type, type]] = {
     m.CONTEXT_COMPACT: (CompactParams, CompactResult),
     m.CONTEXT_SNIP: (SnipParams, SnipResult),
     m.CONTEXT_UNCOLLAPSE: (UncollapseParams, UncollapseResult),
+    m.CONTEXT_RECALL: (RecallParams, RecallResult),
     m.CONTEXT_REPORT_USAGE: (ReportUsageParams, ReportUsageResult),
     m.DAEMON_STATUS: (StatusParams, StatusResult),
     m.SESSION_REPLAY: (ReplayParams, dict),

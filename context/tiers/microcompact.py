@@ -4,9 +4,13 @@ Two paths (spec §4, DESIGN §4):
 - time-based: the result is replaced by a fixed placeholder, recorded per tool id (a `clear`
   record), so every later render is byte-identical. Used by any provider, and always when the
   session was idle (the provider's cache has expired anyway).
-- cache-aware (Anthropic, `microcompactMode: "cache"`): the rendered messages stay unchanged
-  and the request carries a `clear_tool_uses_20250919` context edit; the provider clears
-  server-side and reports `applied_edits`, which `context/reportUsage` records.
+- server path (the Anthropic format in `microcompactMode: "cache"`, the default): the same
+  decision writes a `clear` record with `mode: "cache"`; the messages sent never change, and
+  every later request carries a `clear_tool_uses_20250919` context edit whose `keep` makes the
+  provider clear exactly the recorded calls (the provider is stateless: it clears the oldest
+  uses beyond `keep`, so a growing `keep` holds the cleared set — and the cached prefix —
+  still between clears). The request's measure is what the model sees after the clear, so
+  the cascade counts it and Snip runs only when that is still over.
 
 Triggers: the count trigger (first pass at 50 tool calls, then every 25 more) and the idle
 trigger. A count-triggered clear while the cache is warm and the request is under its
@@ -29,7 +33,7 @@ import attrs
 from ..graph import Graph, Path
 from ..policy import CLEARED_PLACEHOLDER, Policy, is_compactable
 from ..projection import CLEAR, Projection
-from ..render.request import Rendered, RequestSpec
+from ..render.request import Rendered, RequestSpec, ServerEdit
 from ..truncate import has_long_strings
 from .base import Run, TierEvent
 
@@ -66,13 +70,18 @@ def tool_calls(graph: Graph, path: Path) -> list[str]:
     return out
 
 
-def candidates(graph: Graph, path: Path, proj: Projection, policy: Policy) -> Candidates:
+def candidates(
+    graph: Graph, path: Path, proj: Projection, policy: Policy, *, server: bool = False
+) -> Candidates:
+    """What one pass may clear. `server`: the provider will clear them, and it clears every
+    result of a compactable tool older than the `keep` newest — so the pass takes them all
+    (short ones, kept evidence, ones without a result too), and measure matches what it sees."""
     calls = tool_calls(graph, path)
     hidden = _hidden_nodes(graph, path, proj)
     compactable = [
         c
         for c in calls
-        if graph.nodes[c].answered
+        if (server or graph.nodes[c].answered)
         and graph.nodes[c].function is None
         and is_compactable(policy, graph.nodes[c].name)
         and c not in hidden
@@ -87,8 +96,8 @@ def candidates(graph: Graph, path: Path, proj: Projection, policy: Policy) -> Ca
         for c in compactable
         if c not in keep
         and c not in proj.cleared
-        and c not in proj.evidence
-        and larger_than_placeholder(graph.nodes[c].result)
+        and c not in proj.cache_cleared
+        and (server or (c not in proj.evidence and larger_than_placeholder(graph.nodes[c].result)))
     ]
     inputs = []
     if policy.microcompact_clear_inputs:
@@ -97,6 +106,7 @@ def candidates(graph: Graph, path: Path, proj: Projection, policy: Policy) -> Ca
             for c in compactable
             if c not in keep
             and c not in proj.cleared_inputs
+            and c not in proj.cache_cleared_inputs
             and has_long_strings(graph.nodes[c].input, policy.microcompact_input_chars)
         ]
     last = None
@@ -143,16 +153,19 @@ def count_due(c: Candidates, policy: Policy) -> bool:
     return c.calls >= c.last_pass_at + policy.microcompact_every
 
 
-def clear_record(c: Candidates, trigger: str, thread: str | None) -> dict[str, Any]:
-    """The `clear` record of one pass (time-based, per tool id): `results` get the fixed
-    placeholder, `inputs` lose their long strings; `covers` lists every call touched."""
+def clear_record(
+    c: Candidates, trigger: str, thread: str | None, mode: str = "time"
+) -> dict[str, Any]:
+    """The `clear` record of one pass, per tool id: `results` get the fixed placeholder,
+    `inputs` lose their long strings; `covers` lists every call touched. `mode: "cache"`: the
+    provider does it server-side and the messages sent keep them."""
     results, inputs = list(c.clearable), list(c.inputs)
     covers = results + [i for i in inputs if i not in set(results)]
     return {
         "kind": CLEAR,
         "covers": covers,
         "data": {
-            "mode": "time",
+            "mode": mode,
             "trigger": trigger,
             "atCalls": c.calls,
             "results": results,
@@ -162,47 +175,80 @@ def clear_record(c: Candidates, trigger: str, thread: str | None) -> dict[str, A
     }
 
 
-def cache_edit(
-    graph: Graph,
-    path: Path,
-    policy: Policy,
-    request_tools: list[dict[str, Any]] | None,
-    trigger_tokens: int,
-) -> dict[str, Any]:
-    """The `context_management` body for the cache-aware path; `exclude_tools` lists every
-    tool in use that is not compactable, so the provider only clears what we would."""
-    names = {t.get("name") for t in request_tools or [] if isinstance(t, dict)}
-    names.update(graph.nodes[c].name for c in tool_calls(graph, path))
-    exclude = sorted(n for n in names if n and not is_compactable(policy, n))
+def server_path(policy: Policy, spec: RequestSpec) -> bool:
+    """Tier 1 clears server-side: the Anthropic format in `microcompactMode: "cache"`."""
+    return policy.microcompact_mode == "cache" and spec.format == "anthropic"
+
+
+@attrs.frozen
+class ServerPlan:
+    """What the provider will clear for one request (by its rule: the oldest uses of tools not
+    excluded, all but `keep`), as tool node ids, and the edit that says so."""
+
+    results: frozenset[str]
+    inputs: frozenset[str]
+    edit: dict[str, Any]
+
+
+def server_plan(sent: Rendered, policy: Policy, spec: RequestSpec) -> ServerPlan | None:
+    """The edit that makes the provider clear every recorded server-side clear in the request
+    (and, by its rule, every older use of a compactable tool); None when none is in it."""
+    uses = [
+        (part.block, part.node)
+        for message in sent.conversation.messages
+        for part in message.parts
+        if part.block.get("type") == "tool_use" and part.node is not None
+    ]
+    names = {t.get("name") for t in spec.tools or [] if isinstance(t, dict)}
+    names.update(block.get("name") for block, _ in uses)
+    exclude = sorted(n for n in names if isinstance(n, str) and not is_compactable(policy, n))
+    eligible = [(block, node) for block, node in uses if block.get("name") not in exclude]
+    proj = sent.projection
+    marked = proj.cache_cleared.keys() | proj.cache_cleared_inputs.keys()
+    last = max((i for i, (_, node) in enumerate(eligible) if node in marked), default=None)
+    if last is None:
+        return None
+    cleared = eligible[: last + 1]
+    long_inputs = sorted(
+        {str(block.get("name")) for block, node in cleared if node in proj.cache_cleared_inputs}
+    )
     edit: dict[str, Any] = {
         "type": CLEAR_EDIT,
-        "trigger": {"type": "input_tokens", "value": max(1, trigger_tokens)},
-        "keep": {"type": "tool_uses", "value": policy.microcompact_keep_recent},
-        "clear_at_least": {
-            "type": "input_tokens",
-            "value": policy.microcompact_cache_clear_at_least,
-        },
+        "keep": {"type": "tool_uses", "value": len(eligible) - last - 1},
     }
     if exclude:
         edit["exclude_tools"] = exclude
-    return {"edits": [edit]}
-
-
-def attach_server_edit(rendered: Rendered, graph: Graph, policy: Policy, spec: RequestSpec) -> None:
-    """Tier 1's cache-aware path: an Anthropic request carries the context edit in
-    `microcompactMode: "cache"` once the thread holds `microcompactFirstAt` tool calls — on
-    every render from then on, with the cascade or without, so the messages the provider
-    caches never change."""
-    if policy.microcompact_mode != "cache" or spec.format != "anthropic":
-        return
-    path = rendered.view.own
-    if len(tool_calls(graph, path)) < policy.microcompact_first_at:
-        return
-    limit = rendered.budget.limit
-    rendered.request["context_management"] = cache_edit(
-        graph, path, policy, spec.tools, int(policy.cascade_threshold * limit)
+    if long_inputs:
+        edit["clear_tool_inputs"] = long_inputs
+    return ServerPlan(
+        results=frozenset(node for _, node in cleared),
+        inputs=frozenset(node for block, node in cleared if block.get("name") in long_inputs),
+        edit=edit,
     )
-    rendered.request["betas"] = [CONTEXT_MANAGEMENT_BETA]
+
+
+def server_edit(sent: Rendered, seen: Rendered, plan: ServerPlan, policy: Policy) -> Rendered:
+    """`seen` (rendered with the plan's clears applied) carrying the request as sent plus the
+    context edit; the request as sent when the clear would free nothing."""
+    freed = sent.tally.prompt - seen.tally.prompt
+    if freed <= 0:
+        return sent
+    # the provider counts more tokens than our estimate (Claude ~1.3x), so it clears at least
+    # this much whenever it clears what we counted; under it, the clear is not made at all
+    at_least = max(1, min(policy.microcompact_cache_clear_at_least, freed * 4 // 5))
+    edit = {
+        "type": CLEAR_EDIT,
+        "trigger": {"type": "input_tokens", "value": at_least},
+        **{k: v for k, v in plan.edit.items() if k != "type"},
+        "clear_at_least": {"type": "input_tokens", "value": at_least},
+    }
+    seen.server = ServerEdit(
+        seen_request=seen.request,
+        sent_estimate=sent.tally.prompt,
+        headers={"anthropic-beta": CONTEXT_MANAGEMENT_BETA},
+    )
+    seen.request = {**sent.request, "context_management": {"edits": [edit]}}
+    return seen
 
 
 # ---- the tier ---------------------------------------------------------------------------------
@@ -213,19 +259,20 @@ def _candidates(run: Run, keep_recent: int | None = None) -> Candidates:
     policy = run.policy
     if keep_recent is not None:
         policy = attrs.evolve(policy, microcompact_keep_recent=keep_recent)
-    key = (TIER, policy.microcompact_keep_recent)
+    server = server_path(policy, run.spec)
+    key = (TIER, policy.microcompact_keep_recent, server)
     found = run.memo.get(key)
     if found is None:
-        found = run.memo[key] = candidates(run.graph, run.path, run.rendered.projection, policy)
+        found = run.memo[key] = candidates(
+            run.graph, run.path, run.rendered.projection, policy, server=server
+        )
     return found
 
 
 def due(run: Run) -> bool:
     """The count trigger (50 calls, then every 25), or a request over its threshold (a forced
-    change: old results go before whole turns). In cache mode: the request carries the edit."""
+    change: old results go before whole turns). The same on both paths."""
     policy = run.policy
-    if policy.microcompact_mode == "cache":
-        return "context_management" in run.rendered.request
     over = run.total > run.threshold
     return count_due(_candidates(run), policy) or (over and policy.microcompact_when_over)
 
@@ -233,14 +280,7 @@ def due(run: Run) -> bool:
 def apply(run: Run) -> None:
     policy = run.policy
     cands = _candidates(run)
-    if policy.microcompact_mode == "cache":
-        run.note(
-            TIER,
-            "cache-aware: the provider clears old tool results "
-            "server-side; the messages stay unchanged",
-            calls=cands.calls,
-        )
-        return
+    mode = _mode(run)
     over = run.total > run.threshold
     count = count_due(cands, policy)
     if not cands.any:
@@ -252,7 +292,7 @@ def apply(run: Run) -> None:
             )
         return
     if count and not over and policy.microcompact_warm != "apply":
-        pays, saved, rewritten = clear_pays(run, cands)
+        pays, saved, rewritten = clear_pays(run, cands, mode)
         if not pays:
             run.note(
                 TIER,
@@ -269,14 +309,16 @@ def apply(run: Run) -> None:
         if count
         else "over threshold (the window forces a change; old results go before whole turns)"
     )
+    where = " (server-side: the messages sent stay as they are)" if mode == "cache" else ""
     event = clear_event(
         cands,
         trigger,
         f"{why}: cleared {len(cands.clearable)} old tool results and shortened "
         f"{len(cands.inputs)} old tool inputs (kept the {policy.microcompact_keep_recent} "
-        "most recent calls)",
+        f"most recent calls){where}",
+        mode,
     )
-    run.propose(clear_record(cands, trigger, run.thread), event)
+    run.propose(clear_record(cands, trigger, run.thread, mode), event)
     saved = event.tokens_before - run.total
     minimum = int(policy.microcompact_min_gain * run.limit)
     if trigger == "forced" and event.tokens_before <= run.limit and saved < minimum:
@@ -290,7 +332,11 @@ def apply(run: Run) -> None:
         )
 
 
-def clear_pays(run: Run, cands: Candidates) -> tuple[bool, int, int]:
+def _mode(run: Run) -> str:
+    return "cache" if server_path(run.policy, run.spec) else "time"
+
+
+def clear_pays(run: Run, cands: Candidates, mode: str = "time") -> tuple[bool, int, int]:
     """DESIGN §4's rule for a change made only to save tokens while the cache is warm: it pays
     when 0.1 × tokens saved × requests still to come > 1.25 × tokens re-written (everything
     after the first changed position). `microcompactWarm: "defer"` never pays;
@@ -298,7 +344,7 @@ def clear_pays(run: Run, cands: Candidates) -> tuple[bool, int, int]:
     if run.policy.microcompact_warm == "defer":
         return False, 0, 0
     before = run.rendered
-    record = clear_record(cands, "count", run.thread)
+    record = clear_record(cands, "count", run.thread, mode)
     trial = run.graph.draft_record("clear", record["covers"], record["data"], run.thread)
     after = run.render([trial])
     old = [p for m in before.conversation.messages for p in m.parts]
@@ -314,12 +360,11 @@ def clear_pays(run: Run, cands: Candidates) -> tuple[bool, int, int]:
 
 
 def last_resort_due(run: Run) -> bool:
-    """Before answering "cannot fit" (time mode, when `microcompactKeepLast` keeps fewer than
+    """Before answering "cannot fit" (when `microcompactKeepLast` keeps fewer than
     `microcompactKeepRecent`): old results are the only thing left that can go."""
     policy = run.policy
     return (
         run.total > run.limit
-        and policy.microcompact_mode == "time"
         and policy.microcompact_keep_last < policy.microcompact_keep_recent
         and _candidates(run, policy.microcompact_keep_last).any
     )
@@ -330,19 +375,21 @@ def last_resort(run: Run) -> None:
     is left is whole turns no tier may take — better than a request that cannot be sent."""
     keep = run.policy.microcompact_keep_last
     cands = _candidates(run, keep)
+    mode = _mode(run)
     run.propose(
-        clear_record(cands, "last-resort", run.thread),
+        clear_record(cands, "last-resort", run.thread, mode),
         clear_event(
             cands,
             "last-resort",
             f"still over the limit after every tier: cleared {len(cands.clearable)} "
             f"more old tool results and shortened {len(cands.inputs)} inputs, keeping only the "
             f"{keep} newest",
+            mode,
         ),
     )
 
 
-def clear_event(cands: Candidates, trigger: str, reason: str) -> TierEvent:
+def clear_event(cands: Candidates, trigger: str, reason: str, mode: str = "time") -> TierEvent:
     details: dict[str, Any] = {
         "trigger": trigger,
         "cleared": len(cands.clearable),
@@ -350,7 +397,7 @@ def clear_event(cands: Candidates, trigger: str, reason: str) -> TierEvent:
     }
     if trigger != "idle":
         details["calls"] = cands.calls
-    details["mode"] = "time"
+    details["mode"] = mode
     return TierEvent(TIER, reason, details=details)
 
 

@@ -26,6 +26,7 @@ from tests.engine.helpers import assistant, texts, user  # noqa: F401 (texts re-
 from tests.support.invariants import (
     check_anthropic_pairing,
     recount_anthropic,
+    server_view,
     strip_cache_control,
 )
 from tests.support.logs import log_bytes  # noqa: F401 (re-exported)
@@ -165,9 +166,11 @@ def result_blocks(request: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def check_wire(rendered: Rendered) -> None:
-    """Pairing, and the measure is the recount of the bytes sent."""
+    """Pairing, and the measure is the recount of the bytes the model sees (after the
+    provider's server-side clear, by its documented rule, when the request carries one)."""
     check_anthropic_pairing(rendered.request)
-    assert rendered.estimate == recount_anthropic(rendered.request, Counter())
+    assert rendered.estimate == recount_anthropic(server_view(rendered.request), Counter())
+    assert rendered.sent_estimate == recount_anthropic(rendered.request, Counter())
 
 
 def turn_calls(

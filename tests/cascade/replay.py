@@ -31,7 +31,7 @@ from compactd.context.turns import plan_cuts, turns_of
 from compactd.context.visibility import ViewOptions
 
 from tests.cascade.helpers import blocks, check_no_split_turn
-from tests.support.invariants import check_anthropic_pairing
+from tests.support.invariants import check_anthropic_pairing, server_view
 
 TRANSCRIPTS = Path(__file__).resolve().parents[1] / "data" / "transcripts" / "claude-code"
 LARGEST = TRANSCRIPTS / "64da7265-8f07-4967-b79f-0ae374c13330.jsonl"
@@ -179,9 +179,9 @@ def replay(
             assert orjson.dumps(again.request) == orjson.dumps(rendered.request)
             check_step(engine, session.id, rendered)
             if applied:
-                assert rendered.estimate == recount(rendered.request)
+                assert rendered.estimate == recount(server_view(rendered.request))
         final = engine.render(session.id, RenderParams(view=ViewOptions(), spec=spec))
-        assert final.estimate == recount(final.request)
+        assert final.estimate == recount(server_view(final.request))
         report.turns = len(turns_of(session.graph.branch_path()))
     report.seconds = time.perf_counter() - started
     return report

@@ -42,7 +42,7 @@ from tests.cascade.helpers import (
     tool_use,
     user,
 )
-from tests.support.invariants import strip_cache_control
+from tests.support.invariants import server_view, strip_cache_control
 
 ORDER = ["reactive", "microcompact", "snip", "collapse", "summary"]
 RECORD_OF = {
@@ -58,9 +58,9 @@ def read(tag: str, words: int = 360) -> tuple[str, str]:
     return ("Read", filler(tag, words))
 
 
-def only_results(engine: Engine) -> str:
+def only_results(engine: Engine, config: dict[str, Any] | None = None) -> str:
     """Fifteen turns whose bulk is old Read results: a clear is enough."""
-    sid = open_session(engine, {"summaryProvider": "digest"})
+    sid = open_session(engine, {"summaryProvider": "digest", **(config or {})})
     for t in range(15):
         engine.append(sid, messages=exchange(f"t{t}", [read(f"r{t}")]))
     return sid
@@ -240,13 +240,17 @@ def stripped_messages(request: dict[str, Any]) -> bytes:
     return messages_bytes(request)[:-1]  # without the closing bracket
 
 
-def test_appending_keeps_the_previous_request_a_byte_prefix(engine: Engine) -> None:
+@pytest.mark.parametrize("mode", ["cache", "time"])
+def test_appending_keeps_the_previous_request_a_byte_prefix(engine: Engine, mode: str) -> None:
     """An agent loop through the count trigger: each request extends the previous one, unless a
-    clear fired — and then every byte before the first cleared result is unchanged."""
-    sid = open_session(engine, {"summaryProvider": "digest"})
+    clear fired — and then every byte before the first cleared result is unchanged. Judged on
+    what the provider caches: on the server path, the request after the provider's clear (the
+    messages sent never change at all)."""
+    sid = open_session(engine, {"summaryProvider": "digest", "microcompactMode": mode})
     engine.append(sid, messages=[user("explore the repository")])
     p = params(200_000)
-    previous = cascade(engine, sid, p).rendered.request
+    sent_before = cascade(engine, sid, p).rendered.request
+    previous = server_view(sent_before)
     appends = clears = 0
     for k in range(80):
         use_id = f"toolu_{k:03d}"
@@ -261,7 +265,11 @@ def test_appending_keeps_the_previous_request_a_byte_prefix(engine: Engine) -> N
             engine.append(sid, messages=[assistant(f"checkpoint {k}"), user(f"continue {k}")])
         out = cascade(engine, sid, p)
         applied = [e for e in out.events if e.applied]
-        current = out.rendered.request
+        sent = out.rendered.request
+        current = server_view(sent)
+        if mode == "cache":
+            assert stripped_messages(sent).startswith(stripped_messages(sent_before)), k
+        sent_before = sent
         if not applied:
             appends += 1
             assert stripped_messages(current).startswith(stripped_messages(previous)), k
@@ -287,13 +295,14 @@ def offset_of(request: dict[str, Any], block: dict[str, Any]) -> int:
     return at
 
 
-def test_a_clear_at_p_keeps_every_byte_before_p(engine: Engine) -> None:
-    sid = only_results(engine)
+@pytest.mark.parametrize("mode", ["cache", "time"])
+def test_a_clear_at_p_keeps_every_byte_before_p(engine: Engine, mode: str) -> None:
+    sid = only_results(engine, {"microcompactMode": mode})
     p = params()
-    before = engine.render(sid, p).request
+    before = server_view(engine.render(sid, p).request)
     out = cascade(engine, sid, p)
     (clear,) = records(engine, sid, "clear")
-    after = out.rendered.request
+    after = server_view(out.rendered.request)
     cleared = [u for u, b in result_blocks(after).items() if b["content"] == CLEARED_PLACEHOLDER]
     assert set(cleared) == covered_use_ids(engine, sid, clear)
     old_blocks = result_blocks(before)

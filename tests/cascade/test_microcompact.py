@@ -35,6 +35,7 @@ from tests.cascade.helpers import (
     user,
 )
 from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.invariants import server_cleared, server_view
 
 BIG = 200_000
 SHORT = "No files found"  # shorter than the placeholder: clearing it would only grow the request
@@ -63,19 +64,30 @@ def add_call(engine: Engine, sid: str, k: int, kind: tuple[str, str] | None = No
     return use_id
 
 
-def expected_cleared(upto: int, keep: int = 5) -> set[str]:
-    """Every compactable result but the `keep` newest, skipping results too short to clear."""
+def expected_cleared(upto: int, keep: int = 5, mode: str = "time") -> set[str]:
+    """Every compactable result but the `keep` newest, skipping results too short to clear —
+    except on the server path: the provider clears every older result of a compactable tool."""
     compactable = [k for k in range(1, upto + 1) if call_kind(k)[0] in ("Read", "Grep")]
     kept = set(compactable[-keep:]) if keep else set()
-    return {f"toolu_{k:03d}" for k in compactable if k not in kept and call_kind(k)[0] == "Read"}
+    worth = ("Read", "Grep") if mode == "cache" else ("Read",)
+    return {f"toolu_{k:03d}" for k in compactable if k not in kept and call_kind(k)[0] in worth}
 
 
 def placeholders(request: dict[str, Any]) -> set[str]:
-    return {i for i, b in result_blocks(request).items() if b["content"] == CLEARED_PLACEHOLDER}
+    """Results the model sees as cleared: by us (time path) or by the provider (server path,
+    its edit applied by the documented rule)."""
+    seen = server_view(request)
+    return {i for i, b in result_blocks(seen).items() if b["content"] == CLEARED_PLACEHOLDER}
 
 
-def test_count_trigger_fires_at_50_then_every_25_keeping_the_5_newest(engine: Engine) -> None:
-    sid = open_session(engine, {"microcompactWarm": "apply"})
+MODES = pytest.mark.parametrize("mode", ["cache", "time"])
+
+
+@MODES
+def test_count_trigger_fires_at_50_then_every_25_keeping_the_5_newest(
+    engine: Engine, mode: str
+) -> None:
+    sid = open_session(engine, {"microcompactWarm": "apply", "microcompactMode": mode})
     engine.append(sid, messages=[user("one long agentic task")])
     p = params(BIG)
     fired: dict[int, dict[str, Any]] = {}
@@ -89,21 +101,25 @@ def test_count_trigger_fires_at_50_then_every_25_keeping_the_5_newest(engine: En
             fired[k] = applied[0]
         # everything cleared so far shows the placeholder; the rest is verbatim
         last = max((n for n in fired if n <= k), default=0)
-        assert placeholders(out.rendered.request) == (expected_cleared(last) if last else set())
+        assert placeholders(out.rendered.request) == (
+            expected_cleared(last, mode=mode) if last else set()
+        )
     assert sorted(fired) == [50, 75]
     for k, event in fired.items():
         rec = record_by_id(engine, sid, event.record_ids[0])
         assert rec.kind == "clear"
-        assert (rec.data["mode"], rec.data["trigger"], rec.data["atCalls"]) == ("time", "count", k)
+        assert (rec.data["mode"], rec.data["trigger"], rec.data["atCalls"]) == (mode, "count", k)
         assert rec.data["results"] == rec.covers  # short inputs: no input was shortened
         assert rec.data["inputs"] == []
         assert event.details["trigger"] == "count"
         assert event.tokens_after < event.tokens_before
     first, second = records(engine, sid, "clear")
-    assert covered_use_ids(engine, sid, first) == expected_cleared(50)
-    assert covered_use_ids(engine, sid, second) == expected_cleared(75) - expected_cleared(50)
+    assert covered_use_ids(engine, sid, first) == expected_cleared(50, mode=mode)
+    assert covered_use_ids(engine, sid, second) == expected_cleared(75, mode=mode) - (
+        expected_cleared(50, mode=mode)
+    )
     # the single turn is the active one: clears reach into it, all but the 5 newest results
-    final = result_blocks(out.rendered.request)
+    final = result_blocks(server_view(out.rendered.request))
     newest = [f"toolu_{k:03d}" for k in range(1, 81) if call_kind(k)[0] in ("Read", "Grep")][-5:]
     for use_id in newest:
         assert final[use_id]["content"] != CLEARED_PLACEHOLDER
@@ -111,19 +127,22 @@ def test_count_trigger_fires_at_50_then_every_25_keeping_the_5_newest(engine: En
     assert all(final[t]["content"] != CLEARED_PLACEHOLDER for t in todo)
 
 
-def test_keep_recent_is_configurable(engine: Engine) -> None:
-    sid = open_session(engine, {"microcompactWarm": "apply", "microcompactKeepRecent": 2})
+@MODES
+def test_keep_recent_is_configurable(engine: Engine, mode: str) -> None:
+    config = {"microcompactWarm": "apply", "microcompactKeepRecent": 2, "microcompactMode": mode}
+    sid = open_session(engine, config)
     engine.append(sid, messages=[user("task")])
     for k in range(1, 51):
         add_call(engine, sid, k)
     out = cascade(engine, sid, params(BIG))
-    assert placeholders(out.rendered.request) == expected_cleared(50, keep=2)
+    assert placeholders(out.rendered.request) == expected_cleared(50, keep=2, mode=mode)
 
 
+@MODES
 def test_count_trigger_defers_while_warm_then_clears_with_the_forced_change(
-    engine: Engine,
+    engine: Engine, mode: str
 ) -> None:
-    sid = open_session(engine, {"microcompactWarm": "defer"})
+    sid = open_session(engine, {"microcompactWarm": "defer", "microcompactMode": mode})
     engine.append(sid, messages=[user("task")])
     for k in range(1, 56):
         add_call(engine, sid, k)
@@ -141,7 +160,7 @@ def test_count_trigger_defers_while_warm_then_clears_with_the_forced_change(
     applied = [e for e in out.events if e.applied]
     assert [e.tier for e in applied] == ["microcompact"]
     assert applied[0].details["trigger"] == "count"
-    assert placeholders(out.rendered.request) == expected_cleared(55)
+    assert placeholders(out.rendered.request) == expected_cleared(55, mode=mode)
     assert out.rendered.total <= 12_750
 
 
@@ -182,7 +201,7 @@ def test_economic_mode_defers_when_the_rewrite_costs_more(engine: Engine) -> Non
 
 
 def over_threshold_session(engine: Engine, config: dict[str, Any] | None = None) -> str:
-    """20 calls (under the count trigger) whose results put the request over 85 %."""
+    """20 calls (under the count trigger) whose results put the request over 90 %."""
     sid = open_session(engine, config)
     engine.append(sid, messages=[user("read the whole module")])
     for k in range(20):
@@ -199,7 +218,7 @@ def over_threshold_session(engine: Engine, config: dict[str, Any] | None = None)
 
 
 def test_over_threshold_forces_a_clear_before_any_turn_goes(engine: Engine) -> None:
-    sid = over_threshold_session(engine)
+    sid = over_threshold_session(engine, {"microcompactMode": "time"})
     p = params()
     before = engine.render(sid, p)
     assert before.total > THRESHOLD
@@ -336,8 +355,9 @@ def fake() -> Iterator[FakeAnthropic]:
         yield server
 
 
-def cache_session(engine: Engine, calls: int) -> str:
-    sid = open_session(engine, {"microcompactMode": "cache"})
+def cache_session(engine: Engine, calls: int, config: dict[str, Any] | None = None) -> str:
+    """One agentic turn of `calls` tool calls (the default config: Tier 1's server path)."""
+    sid = open_session(engine, config)
     engine.append(sid, messages=[user("audit every module")])
     for k in range(1, calls + 1):
         name = "TodoWrite" if k % 9 == 0 else "mcp__linear__create_issue" if k == 13 else "Read"
@@ -353,64 +373,138 @@ def cache_session(engine: Engine, calls: int) -> str:
     return sid
 
 
-def test_cache_aware_mode_sends_a_context_edit_and_keeps_messages_identical(
+SERVER_CLEARED = 60 - 6 - 1 - 5  # not TodoWrite (every 9th) or the mcp tool, the 5 newest kept
+
+
+def test_the_server_path_is_the_default_and_the_cascade_counts_it(
     engine: Engine, fake: FakeAnthropic
 ) -> None:
+    """Over its threshold, the session is brought under by the provider's clear alone: the
+    messages sent are the plain render's, no turn is snipped, the measure is what the model
+    will see, and the real SDK sends it (beta header included) as documented."""
     sid = cache_session(engine, 60)
-    p = params(window=15_000, tools=TOOLS, system="You are a careful auditor.")
+    p = params(window=10_000, tools=TOOLS, system="You are a careful auditor.")
     plain = engine.render(sid, p)
+    assert plain.total > plain.budget.limit  # it would not even fit without Tier 1
     out = cascade(engine, sid, p)
     request = out.rendered.request
-    edit = request["context_management"]["edits"][0]
-    assert edit["type"] == CLEAR_EDIT == "clear_tool_uses_20250919"
-    assert edit["exclude_tools"] == ["Task", "TodoWrite", "mcp__linear__create_issue"]
-    assert edit["keep"] == {"type": "tool_uses", "value": 5}
-    assert request["betas"] == [CONTEXT_MANAGEMENT_BETA]
-    # the messages (and every other byte a cache reads) are exactly the plain render's
+    assert [e.tier for e in out.events if e.applied] == ["microcompact"]
+    (clear,) = records(engine, sid, "clear")
+    assert clear.data["mode"] == "cache"
+    assert records(engine, sid, "snip") == [] and records(engine, sid, "summary") == []
+    # what is sent: the plain render's messages, system and tools, byte for byte, and the edit
     assert orjson.dumps(request["messages"]) == orjson.dumps(plain.request["messages"])
     assert request["system"] == plain.request["system"]
     assert request["tools"] == plain.request["tools"]
-    assert records(engine, sid, "clear") == []
-    assert not any(e.applied for e in out.events)
+    assert CLEARED_PLACEHOLDER.encode() not in orjson.dumps(request)
+    assert "betas" not in request  # not a body field: `messages.create(**request)` refuses it
+    assert out.rendered.headers == {"anthropic-beta": CONTEXT_MANAGEMENT_BETA}
+    (edit,) = request["context_management"]["edits"]
+    assert edit["type"] == CLEAR_EDIT == "clear_tool_uses_20250919"
+    assert edit["exclude_tools"] == ["Task", "TodoWrite", "mcp__linear__create_issue"]
+    assert edit["keep"] == {"type": "tool_uses", "value": 5}
+    assert 0 < edit["clear_at_least"]["value"] <= 5000
+    # what is counted: the request after the provider's clear, by its documented rule
+    assert len(server_cleared(request)) == SERVER_CLEARED
+    assert out.rendered.total <= out.rendered.budget.limit * 0.9
+    assert out.rendered.sent_estimate == plain.estimate
     check_wire(out.rendered)
 
-    # the real SDK accepts the body as it is; the fake checks pairing and the beta header
+    # the documented call: the beta resource, with the headers beside the body
     with anthropic.Anthropic(base_url=fake.base_url, api_key="test", max_retries=0) as sdk:
-        response = sdk.beta.messages.create(**request)
+        response = sdk.beta.messages.create(**request, extra_headers=out.rendered.headers)
     sent = fake.last_request
     assert sent.betas == [CONTEXT_MANAGEMENT_BETA]
     assert sent.body["context_management"] == request["context_management"]
     assert sent.body["messages"] == request["messages"]
+    assert response.context_management is not None
     applied = [e.model_dump(exclude_none=True) for e in response.context_management.applied_edits]
-    assert applied and applied[0]["type"] == CLEAR_EDIT
-    assert applied[0]["cleared_tool_uses"] == 60 - 6 - 1 - 5  # not TodoWrite/mcp, 5 kept
+    assert applied[0]["type"] == CLEAR_EDIT
+    assert applied[0]["cleared_tool_uses"] == SERVER_CLEARED
 
+    # the provider's report becomes a record; measure then agrees with the provider's count
     usage = response.usage.model_dump(exclude_none=True)
     report = engine.report(sid, MODEL, usage, None, applied)
-    assert report.reported == usage["input_tokens"]
     (rec,) = records(engine, sid, "usage")
     assert rec.data["appliedEdits"] == applied
-    assert rec.data["reported"] == usage["input_tokens"]
-    assert rec.data["estimated"] == out.rendered.estimate
-    # a usage record changes no context: the next render is the same request
-    assert orjson.dumps(engine.render(sid, p).request) == orjson.dumps(plain.request)
+    assert (rec.data["estimated"], rec.data["sent"]) == (out.rendered.estimate, plain.estimate)
+    assert report.reported == usage["input_tokens"]
+    again = engine.render(sid, p)
+    assert again.total == pytest.approx(usage["input_tokens"], rel=0.05)
+    # a usage record changes no context: the next request is the same bytes
+    assert orjson.dumps(again.request) == orjson.dumps(request)
 
 
-def test_cache_aware_mode_waits_for_the_count_trigger(engine: Engine) -> None:
-    sid = cache_session(engine, 49)
-    out = cascade(engine, sid, params(window=15_000, tools=TOOLS))
-    assert "context_management" not in out.rendered.request
-    assert "betas" not in out.rendered.request
-    assert out.events == []
-
-
-def test_usage_after_a_server_side_clear_does_not_skew_the_estimates(engine: Engine) -> None:
+def test_without_a_report_of_applied_edits_the_server_path_still_calibrates(
+    engine: Engine,
+) -> None:
+    """A client that reports only `usage`: the provider counted what the model saw."""
     sid = cache_session(engine, 60)
     p = params(window=15_000, tools=TOOLS)
     out = cascade(engine, sid, p)
-    sent = out.rendered.estimate
-    cleared = sent * 6 // 10
-    edits = [{"type": CLEAR_EDIT, "cleared_tool_uses": 48, "cleared_input_tokens": cleared}]
-    # the provider counted exactly what we estimated, then cleared 60 % of it server-side
-    engine.report(sid, MODEL, {"input_tokens": sent - cleared, "output_tokens": 50}, None, edits)
+    seen = out.rendered.estimate
+    assert out.rendered.sent_estimate > seen
+    engine.report(sid, MODEL, {"input_tokens": round(seen * 1.2), "output_tokens": 5}, None, None)
+    assert engine.render(sid, p).ratio == pytest.approx(1.2, rel=0.01)
+
+
+def test_the_edit_needs_the_beta_resource_and_its_header(fake: FakeAnthropic) -> None:
+    """Why the beta travels in `headers`: the SDK's GA resource has no `context_management`
+    keyword, and the API refuses the edit without the beta header."""
+    body = {
+        "model": MODEL,
+        "max_tokens": 10,
+        "messages": [{"role": "user", "content": "hi"}],
+        "context_management": {"edits": [{"type": CLEAR_EDIT}]},
+    }
+    headers = {"anthropic-beta": CONTEXT_MANAGEMENT_BETA}
+    with anthropic.Anthropic(base_url=fake.base_url, api_key="test", max_retries=0) as sdk:
+        with pytest.raises(TypeError):
+            sdk.messages.create(**body)  # type: ignore[call-overload]
+        with pytest.raises(anthropic.BadRequestError):
+            sdk.beta.messages.create(**body)
+        assert sdk.beta.messages.create(**body, extra_headers=headers).content
+    assert fake.last_request.betas == [CONTEXT_MANAGEMENT_BETA]
+
+
+def test_the_openai_format_of_the_same_session_clears_client_side(engine: Engine) -> None:
+    sid = cache_session(engine, 60)
+    anthropic_out = cascade(engine, sid, params(window=15_000, tools=TOOLS))
+    assert [e.tier for e in anthropic_out.events if e.applied] == ["microcompact"]
+    out = cascade(engine, sid, params(window=15_000, format="openai"))
+    text = orjson.dumps(out.rendered.request)
+    # the provider's clear is not available there: the same calls show the placeholder
+    assert text.count(CLEARED_PLACEHOLDER.encode()) == SERVER_CLEARED
+    assert b"context_management" not in text and out.rendered.headers == {}
+    assert out.rendered.total == pytest.approx(anthropic_out.rendered.total, rel=0.1)
+
+
+def test_an_openai_session_takes_the_time_path(engine: Engine) -> None:
+    sid = cache_session(engine, 60)
+    out = cascade(engine, sid, params(window=15_000, format="openai"))
+    (clear,) = records(engine, sid, "clear")
+    assert clear.data["mode"] == "time"
+    assert CLEARED_PLACEHOLDER.encode() in orjson.dumps(out.rendered.request)
+
+
+def test_the_server_path_waits_for_the_count_trigger(engine: Engine) -> None:
+    sid = cache_session(engine, 49)
+    out = cascade(engine, sid, params(window=60_000, tools=TOOLS))
+    assert "context_management" not in out.rendered.request
+    assert out.rendered.headers == {}
+    assert out.events == []
+
+
+def test_usage_after_a_server_side_clear_agrees_with_the_provider(engine: Engine) -> None:
+    sid = cache_session(engine, 60)
+    p = params(window=15_000, tools=TOOLS)
+    out = cascade(engine, sid, p)
+    seen, sent = out.rendered.estimate, out.rendered.sent_estimate
+    edits = [{"type": CLEAR_EDIT, "cleared_tool_uses": 48, "cleared_input_tokens": sent - seen}]
+    # the provider counted exactly what we estimated, and cleared what we said it would
+    engine.report(sid, MODEL, {"input_tokens": seen, "output_tokens": 50}, None, edits)
     assert engine.render(sid, p).total == pytest.approx(out.rendered.total, rel=0.02)
+    # it cleared nothing after all and counted the whole request: the next estimates follow
+    # the provider upwards (the safe side), not our expectation
+    engine.report(sid, MODEL, {"input_tokens": sent, "output_tokens": 50}, None, [])
+    assert engine.render(sid, p).total > out.rendered.total * 1.2

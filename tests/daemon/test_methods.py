@@ -17,7 +17,7 @@ from compactd.context.policy import CLEARED_PLACEHOLDER, RUNNING_FUNCTION_PLACEH
 from compactd.protocol import types as t
 from compactd.protocol.convert import ParamsError, unstructure
 
-from tests.support.invariants import check_anthropic_pairing, check_openai_pairing
+from tests.support.invariants import check_anthropic_pairing, check_openai_pairing, server_view
 from tests.support.logs import log_bytes
 
 from .conftest import node_ids, running
@@ -294,7 +294,7 @@ async def test_render_with_and_without_cascade(client: CompactdClient) -> None:
     # the target at the threshold: a clear that gets under it is all the cascade does here
     sid = await new_session(client, "m-cascade", tool_turns("r", 8, 2000), HEADROOM_OFF)
     full = (await client.measure(sid)).total
-    window = {"window": full + 600, "max_output_tokens": 500}  # over the 85 % threshold
+    window = {"window": full + 600, "max_output_tokens": 500}  # over the 90 % threshold
     plain = await client.render(sid, **window)
     assert plain.events == [] and plain.tokens.total == full  # no cascade: nothing changes
     assert records(await client.get(sid), "clear") == []
@@ -303,7 +303,14 @@ async def test_render_with_and_without_cascade(client: CompactdClient) -> None:
         check(rendered.request)
         check_measure(rendered.tokens)
         assert rendered.tokens.total <= rendered.tokens.limit
-        assert all_text(rendered.request).count(CLEARED_PLACEHOLDER) == 3  # 8 reads, 5 kept
+        # Anthropic: the provider clears (the edit and its beta header are sent, the
+        # messages are unchanged); OpenAI: the same three calls cleared client-side
+        seen = server_view(rendered.request)
+        assert all_text(seen).count(CLEARED_PLACEHOLDER) == 3  # 8 reads, 5 kept
+        server = fmt == "anthropic"
+        assert (CLEARED_PLACEHOLDER in all_text(rendered.request)) is not server
+        assert bool(rendered.headers) is server
+        assert (rendered.tokens.cleared_by_provider > 0) is server
     view = await client.get(sid)
     (clear,) = records(view, "clear")  # written once; the second render reused it
     cleared = clear["covers"][0]

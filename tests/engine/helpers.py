@@ -22,6 +22,7 @@ from tests.support.invariants import (
     check_openai_pairing,
     recount_anthropic,
     recount_openai,
+    server_view,
     strip_cache_control,
 )
 from tests.support.logs import log_bytes  # noqa: F401 (re-exported)
@@ -99,7 +100,8 @@ def check_rendered(rendered: Rendered, fmt: str, *, recount: bool = True) -> Non
         check_anthropic_pairing(request)
         assert breakpoints(request) <= MAX_BREAKPOINTS
         if recount:
-            assert rendered.estimate == recount_anthropic(request, Counter())
+            assert rendered.estimate == recount_anthropic(server_view(request), Counter())
+            assert rendered.sent_estimate == recount_anthropic(request, Counter())
     else:
         check_openai_pairing(request)
         assert b"cache_control" not in orjson.dumps(request)

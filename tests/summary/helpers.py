@@ -15,11 +15,13 @@ from rich.console import Console
 
 from tests.cascade.helpers import assistant, blocks, results, tool_result, tool_use, user
 from tests.support.fake_anthropic import FakeAnthropic
-from tests.support.invariants import check_anthropic_pairing, recount_anthropic
+from tests.support.invariants import check_anthropic_pairing, recount_anthropic, server_view
 from tests.support.logs import log_bytes  # noqa: F401 (re-exported)
 
 WINDOW = 32_000
-BASE_CONFIG = {"prepareIdleSeconds": 3600}  # no background preparation unless a test wants it
+# no background preparation unless a test wants it; the checkpoint alone (tool evidence, an
+# extra call before it, has its own tests: test_summary_stage.py)
+BASE_CONFIG = {"prepareIdleSeconds": 3600, "evidenceEnabled": False}
 
 
 def big_result(tag: str, chars: int = 6000) -> str:
@@ -99,7 +101,7 @@ async def agree(client: CompactdClient, sid: str, **budget: Any) -> dict[str, An
     assert measure.free == tokens.free and measure.limit == tokens.limit
     request = rendered.request
     check_anthropic_pairing(request)
-    assert tokens.estimate == recount_anthropic(request, Counter())
+    assert tokens.estimate == recount_anthropic(server_view(request), Counter())
     # the panel shows exactly those numbers
     console = Console(file=io.StringIO(), width=140, color_system=None)
     console.print(build_panel(unstructure(measure), title="ctx"))

@@ -144,3 +144,54 @@ def recount_openai(request: dict[str, Any], counter: Counter) -> int:
             fn = call["function"]
             total += counter.text(fn["name"]) + counter.text(fn["arguments"]) + BLOCK_OVERHEAD
     return total
+
+
+def server_view(request: dict[str, Any], input_chars: int = 200) -> dict[str, Any]:
+    """The request as the model sees it once the provider applied its `clear_tool_uses`
+    edit, by the documented rule: the oldest uses of tools not excluded are cleared, all but
+    the `keep` newest; their results become the placeholder (compactd's, so the counts
+    compare), and the inputs of the tools named in `clear_tool_inputs` lose their long
+    strings. Without an edit, the request itself."""
+    from compactd.context.policy import CLEARED_PLACEHOLDER
+    from compactd.context.truncate import shorten_input
+
+    edits = (request.get("context_management") or {}).get("edits", [])
+    if not edits:
+        return request
+    (edit,) = edits
+    seen = copy.deepcopy({k: v for k, v in request.items() if k != "context_management"})
+    excluded = set(edit.get("exclude_tools") or [])
+    blocks = [b for m in seen["messages"] for b in m["content"] if isinstance(b, dict)]
+    uses = [b for b in blocks if b.get("type") == "tool_use" and b.get("name") not in excluded]
+    keep = edit["keep"]["value"]
+    cleared = uses[: max(0, len(uses) - keep)]
+    ids = {b["id"] for b in cleared}
+    inputs = set(edit.get("clear_tool_inputs") or [])
+    for use in cleared:
+        if use["name"] in inputs:
+            use["input"] = shorten_input(use["input"], input_chars)
+    for block in blocks:
+        if block.get("type") == "tool_result" and block.get("tool_use_id") in ids:
+            block["content"] = CLEARED_PLACEHOLDER
+    return seen
+
+
+def server_cleared(request: dict[str, Any]) -> set[str]:
+    """The tool_use ids whose results the provider clears for this request."""
+    seen = server_view(request)
+    if seen is request:
+        return set()
+    before = {
+        b["tool_use_id"]: b.get("content")
+        for m in request["messages"]
+        for b in m["content"]
+        if isinstance(b, dict) and b.get("type") == "tool_result"
+    }
+    return {
+        b["tool_use_id"]
+        for m in seen["messages"]
+        for b in m["content"]
+        if isinstance(b, dict)
+        and b.get("type") == "tool_result"
+        and b.get("content") != before[b["tool_use_id"]]
+    }
