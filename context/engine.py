@@ -171,10 +171,13 @@ class Engine:
         loaded = self.sessions.get(session_id)
         if loaded is not None:
             return loaded.graph.meta
+        log_path = getattr(self.store, "log_path", None)  # files: the header line alone
         try:
-            with self.store.log_path(session_id).open("rb") as f:
+            if log_path is None:
+                return self.library.load(session_id).graph.meta
+            with log_path(session_id).open("rb") as f:
                 header = orjson.loads(f.readline())
-        except (OSError, orjson.JSONDecodeError):
+        except (OSError, orjson.JSONDecodeError, CompactdError):
             return {}
         meta = header.get("meta") if isinstance(header, dict) else None
         return meta if isinstance(meta, dict) else {}
