@@ -10,7 +10,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..context.errors import CompactdError
+from ..context.errors import CompactdError, InvalidConfig
+from ..context.policy import policy_from_config
 from ..context.store import default_data_dir
 from . import background
 from .app import App, Settings
@@ -35,6 +36,12 @@ def settings_from(args: argparse.Namespace) -> Settings:
         raise SystemExit(
             f"compactd: unknown summary provider {provider!r} (use one of {', '.join(PROVIDERS)})"
         )
+    config = dict(getattr(args, "session_config", None) or {})
+    try:
+        policy_from_config(config)
+    except InvalidConfig as exc:  # before anything starts: the user mistyped a knob
+        print(f"compactd: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     idle = args.idle_seconds
     if idle is None and env.get("COMPACTD_IDLE_SECONDS"):
         idle = float(env["COMPACTD_IDLE_SECONDS"])
@@ -48,6 +55,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         summary_provider=provider,
         summary_model=args.summary_model or env.get("COMPACTD_SUMMARY_MODEL") or None,
         summarize_timeout_seconds=args.summarize_timeout,
+        config=config,
     )
 
 
@@ -102,5 +110,7 @@ def serve(args: argparse.Namespace) -> int:
                 max_request_bytes=app.engine.limits.max_request_bytes,
             )
         )
+    except KeyboardInterrupt:  # Ctrl-C on a daemon started by hand: a quiet 130
+        return 130
     finally:
         app.engine.store.close()

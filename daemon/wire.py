@@ -7,7 +7,7 @@ from typing import Any
 
 from ..context.tiers.base import TierEvent
 from ..protocol.convert import unstructure
-from ..protocol.types import CompactedNotification
+from ..protocol.types import CompactedNotification, CompactionEvent, ModelBudget, RenderTokens
 
 
 def compacted(session_id: str, event: TierEvent) -> CompactedNotification:
@@ -28,6 +28,49 @@ def event_json(event: TierEvent) -> dict[str, Any]:
     out = unstructure(compacted("", event))
     del out["sessionId"]
     return out
+
+
+def compaction_event(event: TierEvent) -> CompactionEvent:
+    """A tier's event as render's typed `events` hold it."""
+    return CompactionEvent(
+        tier=event.tier,
+        applied=event.applied,
+        tokens_before=event.tokens_before,
+        tokens_after=event.tokens_after,
+        reason=event.reason,
+        record_ids=list(event.record_ids),
+        details=event.details,
+    )
+
+
+def render_tokens(tokens: dict[str, Any]) -> RenderTokens:
+    """The engine's `Rendered.tokens()` as the typed wire object."""
+    return RenderTokens(
+        total=tokens["total"],
+        window=tokens["window"],
+        limit=tokens["limit"],
+        output_reserve=tokens["outputReserve"],
+        free=tokens["free"],
+        estimate=tokens["estimate"],
+        calibration=float(tokens["calibration"]),
+        categories=dict(tokens["categories"]),
+        turns=tokens["turns"],
+        turns_shown=tokens["turnsShown"],
+        cleared_by_provider=tokens.get("clearedByProvider", 0),
+        models=[
+            ModelBudget(
+                model=b["model"],
+                window=b["window"],
+                limit=b["limit"],
+                output_reserve=b["outputReserve"],
+                total=b["total"],
+                binding=b["binding"],
+            )
+            for b in tokens["models"]
+        ]
+        if "models" in tokens
+        else None,
+    )
 
 
 def plain(value: Any) -> Any:
