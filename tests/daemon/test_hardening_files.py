@@ -252,7 +252,7 @@ async def test_a_message_over_the_limit_is_refused_and_one_under_is_kept(
     big = "y" * (MESSAGE_LIMIT + 10)
     for method, params in [
         ("session/append", {"sessionId": SID, "messages": [assistant(big)]}),
-        ("session/open", {"sessionId": "files-new", "config": {"note": big}}),
+        ("session/open", {"sessionId": "files-new", "config": {"summaryModel": big}}),
     ]:
         error = await refused(daemon, data_dir, method, params)
         assert error["code"] == 4014, error
@@ -293,6 +293,7 @@ async def test_an_import_runs_in_a_worker_thread(
 ) -> None:
     """While an import is being read, the daemon's loop keeps running: the import (held on an
     event) only finishes because a coroutine on the loop released it."""
+    from compactd.context.engine import ImportOutcome
     from compactd.daemon.app import Settings
     from compactd.daemon.main import build
 
@@ -300,10 +301,10 @@ async def test_an_import_runs_in_a_worker_thread(
     release = threading.Event()
     seen: list[str] = []
 
-    def slow_import(path: str) -> tuple[list[Any], list[str]]:
+    def slow_import(path: str, *, new: bool = False) -> tuple[list[Any], ImportOutcome]:
         seen.append(threading.current_thread().name)
         assert release.wait(30), "the loop was blocked while the import ran"
-        return [], []
+        return [], ImportOutcome([], [], [])
 
     monkeypatch.setattr(app.engine, "import_sessions", slow_import)
     handler = server.protocol.fm.features["session/import"]
