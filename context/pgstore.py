@@ -512,13 +512,7 @@ class PgStore:
                     self.url, autocommit=True, application_name="compactd-listen"
                 )
             except psycopg.OperationalError as exc:
-                if not lost:
-                    self._say(
-                        "warning",
-                        f"lost the notifications of the session store {self.location} "
-                        f"({_first_line(exc)}); reconnecting",
-                    )
-                lost = True
+                lost = self._notifications_lost(exc, lost)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, BACKOFF_MAX)
                 continue
@@ -532,14 +526,18 @@ class PgStore:
                     async for note in aconn.notifies():
                         yield note.payload
             except psycopg.OperationalError as exc:
-                if not lost:
-                    self._say(
-                        "warning",
-                        f"lost the notifications of the session store {self.location} "
-                        f"({_first_line(exc)}); reconnecting",
-                    )
-                lost = True
+                lost = self._notifications_lost(exc, lost)
                 await asyncio.sleep(delay)
+
+    def _notifications_lost(self, exc: BaseException, lost: bool) -> bool:
+        """Say once that the LISTEN connection is gone (until it is back)."""
+        if not lost:
+            self._say(
+                "warning",
+                f"lost the notifications of the session store {self.location} "
+                f"({_first_line(exc)}); reconnecting",
+            )
+        return True
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
