@@ -23,7 +23,10 @@ from ..policy import (
     RUNNING_FUNCTION_PLACEHOLDER,
     Policy,
 )
-from ..projection import Projection
+from ..projection import COLLAPSE as COLLAPSE_KIND
+from ..projection import SNIP as SNIP_KIND
+from ..projection import SUMMARY as SUMMARY_KIND
+from ..projection import Projection, hidden_runs
 from ..tokens import BLOCK_OVERHEAD, MESSAGE_OVERHEAD, Counter
 from ..truncate import shorten_input, truncate_result
 from ..visibility import View
@@ -180,54 +183,76 @@ class _Builder:
         snip_run = 0
         shown_collapses: set[str] = set()
         shown = 0
-        for index, (start, end) in enumerate(bounds):
-            turn_no = index if own else -1
-            start_id = ids[start]
-            if start_id in proj.summary_turns:
-                if not summary_done and proj.summary is not None and inside is None:
-                    self.summary(proj, turn_no)
+        head_id = ids[path.length - 1] if path.length else None
+        # hidden turns come in runs (a long snipped prefix is one step, not thousands)
+        at = 0
+        for first, end, kind in (*hidden_runs(proj, path), (len(bounds), len(bounds), "")):
+            for index in range(at, first):
+                turn_no = index if own else -1
+                if snip_run:
+                    self.marker(snip_marker(snip_run), turn_no, "snip")
+                    snip_run = 0
+                shown += 1
+                self.turn(path, proj, bounds[index], turn_no, inside, head_id if own else None)
+                if inside is not None and inside[0] == ids[bounds[index][0]]:
                     summary_done = True
-                continue
-            if start_id in proj.snipped:
-                snip_run += 1
-                continue
-            if snip_run:
-                self.marker(snip_marker(snip_run), turn_no, "snip")
-                snip_run = 0
-            collapse = proj.collapsed.get(start_id)
-            if collapse is not None:
-                if collapse.id not in shown_collapses:
-                    shown_collapses.add(collapse.id)
-                    self.marker(
-                        collapse_marker(
-                            collapse.data.get("text", ""), len(collapse.data.get("turns", []))
-                        ),
-                        turn_no,
-                        "collapse",
-                    )
-                continue
-            shown += 1
-            head_id = ids[path.length - 1]
-            nodes = ids[start:end]
-            if inside is not None and inside[0] == start_id:
-                first = self.graph.nodes[start_id]
-                if first.kind == "user":  # the request stays, before the work done on it
-                    self.emit("user", self.user_parts(first), turn_no)
-                self.summary(proj, turn_no)
-                summary_done = True
-                nodes = ids[path.index(inside[1]) + 1 : end]
-            for node_id in nodes:
-                node = self.graph.nodes[node_id]
-                if node.kind == "user":
-                    self.emit("user", self.user_parts(node), turn_no)
-                else:
-                    self.emit("assistant", self.assistant_parts(node, proj), turn_no)
-                    if node.calls:
-                        at_head = own and node_id == head_id
-                        self.emit("user", self.result_parts(node, proj, at_head), turn_no)
+            if kind == SUMMARY_KIND:
+                if not summary_done and proj.summary is not None and inside is None:
+                    self.summary(proj, first if own else -1)
+                    summary_done = True
+            elif kind == SNIP_KIND:
+                snip_run += end - first
+            elif kind == COLLAPSE_KIND:
+                for index in range(first, end):
+                    turn_no = index if own else -1
+                    if snip_run:
+                        self.marker(snip_marker(snip_run), turn_no, "snip")
+                        snip_run = 0
+                    collapse = proj.collapsed[ids[bounds[index][0]]]
+                    if collapse.id not in shown_collapses:
+                        shown_collapses.add(collapse.id)
+                        self.marker(
+                            collapse_marker(
+                                collapse.data.get("text", ""), len(collapse.data.get("turns", []))
+                            ),
+                            turn_no,
+                            "collapse",
+                        )
+            at = max(at, end)
         if snip_run:
             self.marker(snip_marker(snip_run), len(bounds), "snip")
         return len(bounds), shown
+
+    def turn(
+        self,
+        path: Path,
+        proj: Projection,
+        bounds: tuple[int, int],
+        turn_no: int,
+        inside: tuple[str, str] | None,
+        head_id: str | None,
+    ) -> None:
+        """One turn shown in full (after its request, the summary of its earlier part when a
+        summary cuts inside it). `head_id`: the path's head on the viewer's own thread."""
+        ids = path.line.ids
+        start, end = bounds
+        start_id = ids[start]
+        nodes = ids[start:end]
+        if inside is not None and inside[0] == start_id:
+            first = self.graph.nodes[start_id]
+            if first.kind == "user":  # the request stays, before the work done on it
+                self.emit("user", self.user_parts(first), turn_no)
+            self.summary(proj, turn_no)
+            nodes = ids[path.index(inside[1]) + 1 : end]
+        for node_id in nodes:
+            node = self.graph.nodes[node_id]
+            if node.kind == "user":
+                self.emit("user", self.user_parts(node), turn_no)
+            else:
+                self.emit("assistant", self.assistant_parts(node, proj), turn_no)
+                if node.calls:
+                    at_head = node_id == head_id
+                    self.emit("user", self.result_parts(node, proj, at_head), turn_no)
 
     def summary(self, proj: Projection, turn: int) -> None:
         assert proj.summary is not None
