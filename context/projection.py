@@ -15,6 +15,7 @@ applied there (a snip skips just that turn).
 from __future__ import annotations
 
 import bisect
+import sys
 from typing import Any
 
 import attrs
@@ -67,13 +68,15 @@ class Projection:
 
     def as_seen(self) -> Projection:
         """The projection of what the model sees once the provider has applied its clears."""
-        return attrs.evolve(
+        seen = attrs.evolve(
             self,
             cleared={**self.cache_cleared, **self.cleared},
             cleared_inputs={**self.cache_cleared_inputs, **self.cleared_inputs},
             cache_cleared={},
             cache_cleared_inputs={},
         )
+        seen.runs = self.runs  # the same turns hidden
+        return seen
 
 
 def applicable(graph: Graph, path: Path, kinds: frozenset[str] = CONTEXT_KINDS) -> list[Record]:
@@ -129,7 +132,7 @@ def _next_anchor(graph: Graph, path: Path) -> int:
     """The nearest line position, at or past the path's end, where a record is anchored (a
     longer path of the line reaching it may have another record in force)."""
     pos = path.line.pos
-    out = len(path.line.ids) + 1
+    out = sys.maxsize  # none: a new record bumps the records version anyway
     for rec in graph.records:
         if rec.thread == path.owner and rec.anchor is not None:
             at = pos.get(rec.anchor)
