@@ -118,9 +118,15 @@ class Engine:
         return ids, warnings
 
     def evict(self, session_id: str) -> None:
+        """Forget a session: everything held for it goes (its graph, estimates, calibration,
+        a prepared summary, a pending overflow, its lock object), so evicted sessions cost
+        nothing; it loads again from its log on next use."""
         self.sessions.pop(session_id, None)
         self._calibration.pop(session_id, None)
         self._prepared.pop(session_id, None)
+        self._last_estimate.pop(session_id, None)
+        self._overflow.pop(session_id, None)
+        self.store.forget(session_id)
 
     def list(self) -> list[str]:
         return self.library.list()

@@ -128,6 +128,10 @@ class Store:
                 f"session {session_id} is locked by another writer", sessionId=session_id
             ) from exc
 
+    def forget(self, session_id: str) -> None:
+        """Drop the session's lock object (an evicted session holds nothing)."""
+        self._locks.pop(session_id, None)
+
     # ---- reading -------------------------------------------------------------------------
 
     def read_from(

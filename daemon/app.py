@@ -55,11 +55,17 @@ class App:
         self.last_params: dict[str, Any] = {}  # session -> the RenderParams of its last render
         self.registry = Registry(self.engine, evict_after=settings.evict_after_seconds)
         self.registry.on_first_touch.append(self._listen)
+        self.registry.on_evict.append(self._forget)
 
     # ---- sessions -----------------------------------------------------------------------
 
     def session(self, session_id: str) -> Session:
         return self.registry.get(session_id)
+
+    def _forget(self, session_id: str) -> None:
+        """An evicted session leaves nothing here either."""
+        self.last_params.pop(session_id, None)
+        self._providers.pop(("client", session_id), None)
 
     def _listen(self, session: Session) -> None:
         session.listeners.append(lambda events, sid=session.id: self._changed(sid, events))

@@ -57,7 +57,8 @@ async def idle_loop(app: App) -> None:
                     continue
                 session = app.engine.sessions.get(sid)
                 if session is not None:
-                    session.catch_up()
+                    if not app.settings.watch:  # else the watcher applies what changed
+                        session.catch_up()
                     run_idle_if_due(app, session)
                     await prepare_if_idle(app, session)
         except Exception:
