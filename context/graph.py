@@ -502,6 +502,10 @@ class Graph:
         them when the record is well formed, so it alone decides applicability."""
         best: str | None = None
         best_key = (-1, -1)
+        # a node's depth is its position on any line holding it: look it up on the heads'
+        # lines first, rather than building a path object for every covered node
+        heads = [h for h in (*self.branches.values(), *self.function_heads.values()) if h]
+        lines = [p.line for p in (self._paths.get(h) for h in heads) if p is not None]
         for node_id in covers:
             node = self.nodes.get(node_id)
             if node is None:
@@ -509,8 +513,13 @@ class Graph:
             thread_node = node
             while not thread_node.is_thread and thread_node.parent is not None:
                 thread_node = self.nodes[thread_node.parent]
-            path = self.path(thread_node.id, thread_node.owner)
-            key = (path.length, node.seq)
+            depth = next(
+                (i + 1 for line in lines if (i := line.pos.get(thread_node.id)) is not None),
+                None,
+            )
+            if depth is None:
+                depth = self.path(thread_node.id, thread_node.owner).length
+            key = (depth, node.seq)
             if key > best_key:
                 best, best_key = thread_node.id, key
         return best

@@ -27,7 +27,7 @@ from ..context.summarizer.types import Answer, Steps, SummaryFailure, SummaryNee
 from ..context.tiers.base import Outcome, TierEvent
 from ..context.tiers.reactive import Overflow, parse_overflow
 from ..protocol.types import CompactResult, ProviderError, ReplayParams
-from .app import App
+from .app import App, settle
 
 log = logging.getLogger("compactd.daemon")
 T = TypeVar("T")
@@ -67,6 +67,8 @@ async def cascade(app: App, session_id: str, steps: Steps[Outcome], token: str |
     for event in outcome.events:
         if event.applied:
             app.notify_compacted(session_id, event)
+    if outcome.record_ids:
+        settle()  # what the compaction left is long-lived: out of the collector's full passes
     return outcome
 
 
