@@ -220,7 +220,7 @@ class Engine:
         policy = self.policy(session)
         cal = calibration if calibration is not None else self.calibration(session)
 
-        def render(as_seen: bool) -> Rendered:
+        def render(sent: Rendered | None) -> Rendered:
             return render_request(
                 session.graph,
                 params.view,
@@ -229,13 +229,14 @@ class Engine:
                 cal,
                 counter=self.counter,
                 extra_records=extra_records,
-                as_seen=as_seen,
+                as_seen=sent is not None,
+                sent=sent,
             )
 
-        rendered = render(False)
+        rendered = render(None)
         if not rendered.projection.server_clears:
             return rendered
-        seen = render(True)
+        seen = render(rendered)  # from the same walk: only the cleared calls' parts differ
         if microcompact.server_path(policy, params.spec):
             return microcompact.server_edit(session.graph, rendered, seen, policy, params.spec)
         return seen  # no provider clears this request: the same calls cleared client-side

@@ -322,59 +322,67 @@ class _Builder:
         parts = []
         pending = []
         for call in self.graph.calls_of(node):
-            use_id = call.tool_use_id if call.kind == "tool" else f"fn_{call.id}"
-            fn = (
-                self.graph.nodes[call.function]
-                if call.function
-                else call
-                if call.kind == "function"
-                else None
-            )
-            if call.id in proj.evidence:
-                rec = proj.evidence[call.id]
-                variant: tuple[Any, ...] = ("evidence", rec.id)
-                content, is_error, cat = rec.data.get("text", ""), call.is_error, MARKERS
-            elif call.id in proj.cleared:
-                variant = ("cleared",)
-                content, is_error, cat = CLEARED_PLACEHOLDER, call.is_error, MARKERS
-            elif fn is not None:
-                mode = self.view.expose_mode(fn)
-                variant = ("fn", fn.status, mode, fn.result_seq, self.trunc)
-                content, is_error, cat = None, fn.is_error, TOOL_RESULTS
-            elif not call.answered:
-                if at_head and call.id not in proj.abandoned:
-                    pending.append(call.tool_use_id)
-                    continue
-                variant = ("none",)
-                content, is_error, cat = NO_RESULT_PLACEHOLDER, True, MARKERS
-            else:
-                variant = ("raw", call.result_seq, self.trunc)
-                content, is_error, cat = None, call.is_error, TOOL_RESULTS
-            key = ("r", variant)
-            part = call.cache.get(key)
+            part = self.result_part(call, proj, at_head)
             if part is None:
-                if content is None:
-                    content = (
-                        self.function_content(fn, variant[2])
-                        if fn is not None
-                        else truncate_result(call.result, *self.trunc)
-                    )
-                block: dict[str, Any] = {
-                    "type": "tool_result",
-                    "tool_use_id": use_id,
-                    "content": content,
-                }
-                if is_error:
-                    block["is_error"] = True
-                part = Part(block, cat, self.counter.block(block), call.id)
-                call.cache[key] = part
-            parts.append(part)
+                pending.append(call.tool_use_id)
+            else:
+                parts.append(part)
         if pending:
             raise PendingToolResults(
                 f"cannot render: the head still waits for tool results: {', '.join(pending)}",
                 pendingToolUseIds=pending,
             )
         return parts
+
+    def result_part(self, call: Node, proj: Projection, at_head: bool) -> Part | None:
+        """The result of one call as the projection shows it (memoized on the call, per
+        variant); None for a call the head still waits on."""
+        use_id = call.tool_use_id if call.kind == "tool" else f"fn_{call.id}"
+        fn = (
+            self.graph.nodes[call.function]
+            if call.function
+            else call
+            if call.kind == "function"
+            else None
+        )
+        if call.id in proj.evidence:
+            rec = proj.evidence[call.id]
+            variant: tuple[Any, ...] = ("evidence", rec.id)
+            content, is_error, cat = rec.data.get("text", ""), call.is_error, MARKERS
+        elif call.id in proj.cleared:
+            variant = ("cleared",)
+            content, is_error, cat = CLEARED_PLACEHOLDER, call.is_error, MARKERS
+        elif fn is not None:
+            mode = self.view.expose_mode(fn)
+            variant = ("fn", fn.status, mode, fn.result_seq, self.trunc)
+            content, is_error, cat = None, fn.is_error, TOOL_RESULTS
+        elif not call.answered:
+            if at_head and call.id not in proj.abandoned:
+                return None
+            variant = ("none",)
+            content, is_error, cat = NO_RESULT_PLACEHOLDER, True, MARKERS
+        else:
+            variant = ("raw", call.result_seq, self.trunc)
+            content, is_error, cat = None, call.is_error, TOOL_RESULTS
+        key = ("r", variant)
+        part = call.cache.get(key)
+        if part is None:
+            if content is None:
+                content = (
+                    self.function_content(fn, variant[2])
+                    if fn is not None
+                    else truncate_result(call.result, *self.trunc)
+                )
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": use_id,
+                "content": content,
+            }
+            if is_error:
+                block["is_error"] = True
+            part = Part(block, cat, self.counter.block(block), call.id)
+            call.cache[key] = part
+        return part
 
     def function_content(self, fn: Node, mode: str) -> Any:
         if fn.status == "running":
@@ -417,6 +425,44 @@ def _short(value: Any, limit: int = 200) -> str:
 
     text = orjson.dumps(value).decode()
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def seen_conversation(
+    graph: Graph,
+    view: View,
+    sent: Conversation,
+    sent_proj: Projection,
+    seen_proj: Projection,
+    policy: Policy,
+    counter: Counter,
+) -> Conversation:
+    """The conversation the model sees once the provider applied Tier 1's server-side clears,
+    from the one as sent: the same messages, with the parts of those calls (their results,
+    their long inputs) swapped for what a build from `seen_proj` would emit — a render on the
+    server path walks the thread once, not twice."""
+    builder = _Builder(graph, view, policy, counter)
+    results, inputs = sent_proj.cache_cleared, sent_proj.cache_cleared_inputs
+    nodes = graph.nodes
+    messages = []
+    for msg in sent.messages:
+        swapped: list[Part] | None = None
+        if msg.kind != "caller":  # the caller's prefix has a projection of its own
+            for i, part in enumerate(msg.parts):
+                node = part.node
+                if node is None or (node not in results and node not in inputs):
+                    continue
+                kind = part.block.get("type")
+                new: Part | None = part
+                if kind == "tool_result" and node in results:
+                    new = builder.result_part(nodes[node], seen_proj, at_head=False)
+                elif kind == "tool_use" and node in inputs:
+                    new = builder.call_part(nodes[node], node in seen_proj.cleared_inputs)
+                if new is not None and new is not part:
+                    if swapped is None:
+                        swapped = list(msg.parts)
+                    swapped[i] = new
+        messages.append(msg if swapped is None else Message(msg.role, swapped, msg.turn, msg.kind))
+    return Conversation(messages, sent.turns_total, sent.turns_shown)
 
 
 def build_conversation(

@@ -19,7 +19,14 @@ from ..projection import Projection, project
 from ..tokens import COUNTER, Counter
 from ..visibility import View, ViewOptions, resolve_view
 from .anthropic import to_anthropic
-from .conversation import ALL_CATEGORIES, FREE, OUTPUT_RESERVE, Conversation, build_conversation
+from .conversation import (
+    ALL_CATEGORIES,
+    FREE,
+    OUTPUT_RESERVE,
+    Conversation,
+    build_conversation,
+    seen_conversation,
+)
 from .openai import to_openai
 from .tally import Tally
 
@@ -148,15 +155,24 @@ def render_request(
     counter: Counter = COUNTER,
     extra_records: list[Record] | None = None,
     as_seen: bool = False,
+    sent: Rendered | None = None,
 ) -> Rendered:
     """`as_seen`: render what the model sees once the provider applied Tier 1's server-side
-    clears (their results and inputs replaced as the time path would)."""
-    view = resolve_view(graph, options)
-    own = project(graph, view.own, extra_records)
-    if as_seen:
-        own = own.as_seen()
-    caller = project(graph, view.caller) if view.caller is not None else None
-    conversation = build_conversation(graph, view, own, caller, policy, counter)
+    clears (their results and inputs replaced as the time path would); `sent`, the render of
+    the same request as sent, lends it its conversation (only those calls' parts differ)."""
+    if as_seen and sent is not None:
+        view = sent.view
+        own = sent.projection.as_seen()
+        conversation = seen_conversation(
+            graph, view, sent.conversation, sent.projection, own, policy, counter
+        )
+    else:
+        view = resolve_view(graph, options)
+        own = project(graph, view.own, extra_records)
+        if as_seen:
+            own = own.as_seen()
+        caller = project(graph, view.caller) if view.caller is not None else None
+        conversation = build_conversation(graph, view, own, caller, policy, counter)
     budget = spec.budget()
     common = dict(
         model=spec.model,
