@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..tokens import Counter
+from ..tokens import MESSAGE_OVERHEAD, Counter
 from .conversation import SCHEMA, SYSTEM, TOOLS, Conversation, Message, Part
 from .tally import Tally
 
@@ -107,10 +107,15 @@ def to_anthropic(
     groups = wire_groups(conv)
     marked = set(breakpoint_messages(groups, slots)) if cache else set()
     messages = []
+    by_category = tally.by_category
     for i, group in enumerate(groups):
-        parts = [p for msg in group for p in msg.parts]
-        blocks = [p.block for p in parts]
-        tally.add_message([(p.category, p.tokens) for p in parts])
+        parts = group[0].parts if len(group) == 1 else [p for msg in group for p in msg.parts]
+        blocks = []
+        for p in parts:  # the tally counts exactly what is sent (`Tally.add_message`, inlined)
+            blocks.append(p.block)
+            by_category[p.category] += p.tokens
+        if parts:
+            by_category[parts[0].category] += MESSAGE_OVERHEAD
         if i in marked:
             _mark_last_cacheable(blocks, cache_ttl)
         messages.append({"role": group[0].role, "content": blocks})
