@@ -132,7 +132,14 @@ class Engine:
         return self.library.list()
 
     def policy(self, session: Session) -> Policy:
-        return policy_from_config({**self.defaults, **session.graph.config})
+        """The session's policy, kept until its graph changes (a warm render re-reads it)."""
+        g = session.graph
+        kept = g.memo.get("policy")
+        if kept is not None and kept[0] == g.version and kept[1] == id(self):
+            return kept[2]  # type: ignore[no-any-return]
+        policy = policy_from_config({**self.defaults, **g.config})
+        g.memo["policy"] = (g.version, id(self), policy)
+        return policy
 
     def provider_for(self, session: Session) -> str | None:
         """The summary provider this session uses: its config, else the daemon's default."""

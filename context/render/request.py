@@ -7,6 +7,7 @@ compaction decisions and the final request always agree.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -18,7 +19,7 @@ from ..policy import Policy
 from ..projection import Projection, project
 from ..tokens import COUNTER, Counter
 from ..visibility import View, ViewOptions, resolve_view
-from .anthropic import to_anthropic
+from .anthropic import anthropic_tally, to_anthropic
 from .conversation import (
     ALL_CATEGORIES,
     FREE,
@@ -70,14 +71,23 @@ class ServerEdit:
     """Tier 1's server path on a rendered request: what is sent differs from what the model
     sees. `Rendered` measures what the model sees; this keeps the request as sent."""
 
-    seen_request: dict[str, Any]  # the request after the provider's clears (what it caches)
+    # the request after the provider's clears (what it caches): built when first asked for,
+    # since only a replay's cache model reads it
+    build_seen: Callable[[], dict[str, Any]]
     sent_estimate: int  # our count of the request as sent, before the provider clears
     headers: dict[str, str]  # HTTP headers the request needs (the context-management beta)
+    _seen: dict[str, Any] | None = None
+
+    @property
+    def seen_request(self) -> dict[str, Any]:
+        if self._seen is None:
+            self._seen = self.build_seen()
+        return self._seen
 
 
 @attrs.define
 class Rendered:
-    request: dict[str, Any]  # the body to send
+    _request: dict[str, Any] | None  # the body to send (None: built when first asked for)
     tally: Tally  # of what the model sees (after a server-side clear, if any)
     ratio: float
     budget: Budget
@@ -85,6 +95,28 @@ class Rendered:
     projection: Projection
     view: View
     server: ServerEdit | None = None
+    build: Callable[[], dict[str, Any]] | None = None
+
+    @property
+    def request(self) -> dict[str, Any]:
+        """The body to send."""
+        if self._request is None:
+            assert self.build is not None
+            self._request = self.build()
+        return self._request
+
+    @request.setter
+    def request(self, value: dict[str, Any]) -> None:
+        self._request = value
+
+    def request_builder(self) -> Callable[[], dict[str, Any]]:
+        """What gives this render's request (built or not yet), kept before a caller
+        replaces `request` (the server path sends another)."""
+        built, build = self._request, self.build
+        if built is not None:
+            return lambda: built
+        assert build is not None
+        return build
 
     @property
     def headers(self) -> dict[str, str]:
@@ -181,11 +213,29 @@ def render_request(
         tools=spec.tools,
         response_schema=spec.response_schema,
     )
+    ratio = calibration.ratio(spec.model) if calibration is not None else 1.0
+    if spec.format == "anthropic" and as_seen and sent is not None:
+        # what the model sees on the server path is measured; its request (what the provider
+        # caches) is built only if asked for
+        seen = conversation
+        tally = anthropic_tally(
+            seen,
+            counter,
+            system=spec.system,
+            tools=spec.tools,
+            response_schema=spec.response_schema,
+        )
+
+        def build() -> dict[str, Any]:
+            return to_anthropic(
+                seen, counter, cache=spec.cache, cache_ttl=spec.cache_ttl, **common
+            )[0]
+
+        return Rendered(None, tally, ratio, budget, conversation, own, view, build=build)
     if spec.format == "anthropic":
         request, tally = to_anthropic(
             conversation, counter, cache=spec.cache, cache_ttl=spec.cache_ttl, **common
         )
     else:
         request, tally = to_openai(conversation, counter, **common)
-    ratio = calibration.ratio(spec.model) if calibration is not None else 1.0
     return Rendered(request, tally, ratio, budget, conversation, own, view)

@@ -223,7 +223,7 @@ def server_edit(
         edit["clear_tool_inputs"] = long_inputs
     request = {**sent.request, "context_management": {"edits": [edit]}}
     seen.server = ServerEdit(
-        seen_request=seen.request,
+        build_seen=seen.request_builder(),
         sent_estimate=sent.tally.prompt,
         headers={"anthropic-beta": CONTEXT_MANAGEMENT_BETA},
     )

@@ -134,3 +134,33 @@ def test_the_short_text_memo_is_bounded() -> None:
     for k in range(SMALL_MEMO * 3):
         counter.text(f"id {k}")
     assert len(counter._small) <= SMALL_MEMO
+
+
+def test_the_seen_render_measures_what_a_full_render_would(engine: Engine) -> None:
+    """The server path measures the seen request from the sent walk, without building it:
+    the same tally and (when asked) the same request as a render of its own."""
+    from compactd.context.render.anthropic import anthropic_tally, to_anthropic
+    from compactd.context.render.request import render_request
+
+    from .helpers import params
+
+    sid = new_session(engine, "seen")
+    _turns(engine, sid, 0, 10)
+    g = engine.session(sid).graph
+    calls = [c for i in g.branch_path().ids for c in g.nodes[i].calls][:6]
+    engine.session(sid).add_records(
+        [{"kind": "clear", "covers": calls, "data": {"mode": "cache", "results": calls}}]
+    )
+    p = params(system="be brief")
+    session = engine.session(sid)
+    rendered = engine.render_session(session, p)
+    assert rendered.server is not None  # the server path is in force
+    g = session.graph
+    policy = engine.policy(session)
+    alone = render_request(g, p.view, p.spec, policy, as_seen=True)
+    assert rendered.tally.by_category == alone.tally.by_category
+    assert rendered.seen_request == alone.request
+    common = {"system": "be brief", "tools": None, "response_schema": None}
+    full = to_anthropic(alone.conversation, engine.counter, model=None, max_tokens=1, **common)
+    tally = anthropic_tally(alone.conversation, engine.counter, **common)
+    assert tally.by_category == full[1].by_category
