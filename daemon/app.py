@@ -21,9 +21,9 @@ from ..context.store import Store
 from ..context.tiers.base import TierEvent
 from ..protocol import methods
 from ..protocol.types import SessionChangedNotification
+from .front import Front
 from .providers import make_provider
 from .registry import Registry
-from .server import CompactdServer
 from .wire import compacted
 
 log = logging.getLogger("compactd.daemon")
@@ -51,7 +51,7 @@ def settle() -> None:
 
 
 class App:
-    def __init__(self, server: CompactdServer, settings: Settings) -> None:
+    def __init__(self, server: Front, settings: Settings) -> None:
         self.server = server
         self.settings = settings
         defaults: dict[str, Any] = {}

@@ -15,8 +15,6 @@ import tempfile
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
-from lsprotocol.types import WorkDoneProgressBegin, WorkDoneProgressEnd, WorkDoneProgressReport
-
 from ..context.engine import Engine, RenderParams
 from ..context.errors import InvalidContent, ProviderFailure
 from ..context.render.request import Rendered
@@ -90,7 +88,9 @@ async def progress(app: App, token: str | None, title: str) -> AsyncIterator[Any
     if token is None:
         yield lambda message: None
         return
-    wdp = app.server.work_done_progress
+    from lsprotocol.types import WorkDoneProgressBegin, WorkDoneProgressEnd, WorkDoneProgressReport
+
+    wdp = app.server.work_done_progress  # loads pygls, if the front has not yet
     wdp.begin(token, WorkDoneProgressBegin(title=title, cancellable=True, percentage=0))
 
     def report(message: str) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..context.engine import RenderParams as EngineRenderParams
 from ..context.policy import policy_from_config
@@ -13,7 +13,10 @@ from ..protocol import methods as m
 from ..protocol import types as t
 from .app import App
 from .compaction import compact, render_with_cascade, replay_transcript
-from .server import CompactdServer, rpc
+from .rpc import rpc
+
+if TYPE_CHECKING:
+    from .server import CompactdServer
 from .wire import event_json
 
 
@@ -39,7 +42,7 @@ def engine_params(p: t.RenderParams | t.CompactParams | t.SnipParams) -> EngineR
     return EngineRenderParams(view=view, spec=spec)
 
 
-def register(server: CompactdServer, app: App) -> None:
+def register(server: Any, app: App) -> None:
     engine = app.engine
 
     @rpc(server, m.SESSION_OPEN)

@@ -16,9 +16,8 @@ import sys
 from typing import Any, BinaryIO
 
 import orjson
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidRequest, JsonRpcParseError
 
-from .server import CompactdServer
+from .front import Front
 
 log = logging.getLogger("compactd.daemon.stdio")
 MAX_BODY_BYTES = 256 * 1024 * 1024
@@ -65,8 +64,17 @@ async def _open_reader(stdin: BinaryIO) -> asyncio.StreamReader:
     return reader
 
 
-def dispatch(server: CompactdServer, body: bytes) -> None:
-    """Parse one message body and hand it to the protocol, answering what it cannot."""
+def dispatch(server: Any, body: bytes) -> None:
+    """Parse one message body and hand it to the protocol, answering what it cannot. Until
+    pygls is loaded, the front answers compactd's own requests itself (`daemon.front`)."""
+    if isinstance(server, Front) and (not server.loaded or server.busy):
+        try:
+            if server.take(orjson.loads(body)):
+                return
+        except orjson.JSONDecodeError:
+            pass  # pygls' path answers it
+    from pygls.exceptions import JsonRpcException, JsonRpcInvalidRequest, JsonRpcParseError
+
     protocol = server.protocol
     try:
         data = orjson.loads(body)
@@ -96,7 +104,7 @@ def dispatch(server: CompactdServer, body: bytes) -> None:
     protocol.handle_message(message)
 
 
-async def read_messages(server: CompactdServer, reader: asyncio.StreamReader) -> None:
+async def read_messages(server: Any, reader: asyncio.StreamReader) -> None:
     """LSP framing: headers, a blank line, a body of Content-Length bytes."""
     while True:
         length: int | None = None
@@ -143,7 +151,7 @@ def _widen_pipe(stream: BinaryIO) -> None:
 
 
 async def serve_stdio(
-    server: CompactdServer,
+    server: Any,
     stdin: BinaryIO | None = None,
     stdout: BinaryIO | None = None,
     background: list[Any] | None = None,
@@ -152,7 +160,7 @@ async def serve_stdio(
     stdin = stdin or sys.stdin.buffer
     stdout = stdout or sys.stdout.buffer
     _widen_pipe(stdout)
-    server.protocol.set_writer(_Writer(stdout))
+    server.set_writer(_Writer(stdout))  # the front's (pygls' once loaded)
     reader = await _open_reader(stdin)
     exit_event = server.exit_event()
     tasks = [asyncio.ensure_future(coro) for coro in (background or [])]
