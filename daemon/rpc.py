@@ -9,16 +9,13 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from ..context.errors import CompactdError
 from ..protocol.convert import ParamsError, structure, unstructure
 from ..protocol.types import METHODS
-
-if TYPE_CHECKING:
-    from .server import CompactdServer
 
 log = logging.getLogger("compactd.daemon")
 
@@ -47,7 +44,7 @@ def rpc(
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         wants_raw = len(inspect.signature(fn).parameters) == 3
 
-        async def handler(ls: CompactdServer, raw: Any) -> Any:
+        async def handler(ls: Any, raw: Any) -> Any:  # the pygls server, or the front
             try:
                 plain = _plain(raw)
                 params = structure(plain, params_type, method)
