@@ -10,7 +10,7 @@ RUN_DATA := .run/data
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,plot]'
+	$(BIN)/python -m pip install -q -e '.[test,plot,postgres]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -20,11 +20,13 @@ run: $(STAMP)
 	@mkdir -p $(RUN_DATA)
 	COMPACTD_DATA_DIR=$(RUN_DATA) COMPACTD_SUMMARY_PROVIDER=digest $(BIN)/compactd demo tests/data/transcripts/claude-code/64da7265-8f07-4967-b79f-0ae374c13330.jsonl
 
-## make test — lint, every Python test, and the Node client's tests
+## make test — lint, every Python test, the daemon's end-to-end tests once more on PostgreSQL
+## (a throwaway cluster; files-only tests skip), and the Node client's tests
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
+	COMPACTD_TEST_STORE=postgres $(BIN)/python -m pytest -q tests/daemon
 	@if [ -d clients/node ]; then $(MAKE) --no-print-directory node-test; fi
 
 node-test: $(STAMP)

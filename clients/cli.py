@@ -160,6 +160,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="summary provider (default: $COMPACTD_SUMMARY_PROVIDER, else none)",
     )
+    parser.add_argument(
+        "--store",
+        default=None,
+        help="where sessions live for a fleet of daemons: postgresql://… (default "
+        "$COMPACTD_STORE, else the files in the data dir)",
+    )
     parser.add_argument("--summary-model", default=None)
     parser.add_argument("--summarize-timeout", type=float, default=120.0)
     parser.add_argument(
@@ -190,6 +196,14 @@ def parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the daemon on stdio (JSON-RPC, LSP framing)")
     add_serve_arguments(serve)
     sub.add_parser("schema", help="print the JSON Schema of the RPC surface")
+    p = sub.add_parser(
+        "migrate",
+        help="copy the data dir's sessions into a store (--to URL) or back (--from URL); "
+        "idempotent, verified by event counts and hashes",
+    )
+    way = p.add_mutually_exclusive_group(required=True)
+    way.add_argument("--to", metavar="URL", help="postgresql://… to copy the data dir into")
+    way.add_argument("--from", dest="from_", metavar="URL", help="postgresql://… to copy from")
     p = sub.add_parser("import", help="import a transcript; prints the new session ids")
     p.add_argument("path")
     p.add_argument("-v", "--verbose", action="store_true")

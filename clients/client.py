@@ -373,6 +373,38 @@ class CompactdClient:
             m.CONTEXT_UNCOLLAPSE, t.UncollapseParams(session_id, collapse_id), t.UncollapseResult
         )
 
+    async def recall(
+        self,
+        session_id: str,
+        handle: str,
+        start_line: int | None = None,
+        end_line: int | None = None,
+        branch: str | None = None,
+    ) -> t.RecallResult:
+        return await self.call(
+            m.CONTEXT_RECALL,
+            t.RecallParams(session_id, handle, start_line, end_line, branch),
+            t.RecallResult,
+        )
+
+    async def answer_recall(self, session_id: str, tool_use: dict[str, Any]) -> dict[str, Any]:
+        """The `tool_result` block answering the model's `compactd_recall` call: the recalled
+        lines, with a note on how to continue when the page was cut. A bad handle or line is
+        the model's mistake, so it comes back as an error result the model can read."""
+        inp = tool_use.get("input") or {}
+        try:
+            got = await self.recall(
+                session_id, str(inp.get("handle", "")), inp.get("startLine"), inp.get("endLine")
+            )
+        except RpcError as err:
+            return {
+                "type": "tool_result",
+                "tool_use_id": tool_use["id"],
+                "content": err.message,
+                "is_error": True,
+            }
+        return {"type": "tool_result", "tool_use_id": tool_use["id"], "content": recall_text(got)}
+
     async def report_usage(self, session_id: str, model: str, **kw: Any) -> t.ReportUsageResult:
         return await self.call(
             m.CONTEXT_REPORT_USAGE,
@@ -407,3 +439,13 @@ class CompactdClient:
         with contextlib.suppress(BaseException):
             await self._reader_task
         return code
+
+
+def recall_text(got: t.RecallResult) -> str:
+    """A recalled page as the model reads it; a cut page says where to continue."""
+    if not got.truncated:
+        return got.text
+    return (
+        f"{got.text}\n[compactd: lines {got.start_line}–{got.end_line} of {got.total_lines}; "
+        f"call compactd_recall with startLine={got.end_line + 1} for more]"
+    )

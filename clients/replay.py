@@ -168,6 +168,13 @@ def print_report(
             str(totals["requests"]),
         )
     console.print(table)
+    recall = report.get("recall")
+    if recall:
+        console.print(
+            f"recall: {recall['cutResults']} tool results cut on arrival "
+            f"({recall['cutChars']:,} characters), {recall['clearedResults']} cleared by Tier 1, "
+            f"{recall['handlesShown']} handles shown"
+        )
 
 
 def _num(value: Any) -> str:

@@ -15,4 +15,8 @@ def main(argv: list[str] | None = None) -> int:
         from .daemon.main import serve
 
         return serve(ns)
+    if ns.command == "migrate":
+        from .migrate import run as migrate
+
+        return migrate(ns)
     return run(ns)

@@ -8,7 +8,7 @@ by the daemon through `cascade`'s summary requests.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import attrs
@@ -23,10 +23,11 @@ from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE
 from .render.request import Rendered, RenderParams, render_request
 from .session import UNSET, AppendResult, Library, Session
 from .store import Store
-from .summarizer.types import Steps, SummaryResult
+from .summarizer.types import Steps
 from .tiers import microcompact, rolling_summary, snip
 from .tiers.base import Outcome, Run, TierEvent
 from .tiers.reactive import Overflow, parse_overflow
+from .tiers.rolling_summary import PreparedKey
 from .tokens import COUNTER, Counter
 from .visibility import ViewOptions
 
@@ -68,7 +69,9 @@ class Engine:
         self._calibration: dict[str, tuple[int, Calibration]] = {}
         # per session: (model, estimate of what the model sees, estimate of what was sent)
         self._last_estimate: dict[str, tuple[str | None, int, int]] = {}
-        self._prepared: dict[str, tuple[str, str | None, SummaryResult]] = {}
+        # session -> (range key, (checkpoint, its input)): one prepared summary per session
+        self._prepared: dict[str, tuple[PreparedKey, Any]] = {}
+        self._preparations: dict[str, list[PreparedKey]] = {}  # ranges tried, newest last
         self._overflow: dict[str, Overflow] = {}
 
     # ---- sessions ----------------------------------------------------------------------------
@@ -124,6 +127,7 @@ class Engine:
         self.sessions.pop(session_id, None)
         self._calibration.pop(session_id, None)
         self._prepared.pop(session_id, None)
+        self._preparations.pop(session_id, None)
         self._last_estimate.pop(session_id, None)
         self._overflow.pop(session_id, None)
         self.store.forget(session_id)
@@ -227,7 +231,10 @@ class Engine:
         policy = self.policy(session)
         cal = calibration if calibration is not None else self.calibration(session)
 
-        def render(sent: Rendered | None) -> Rendered:
+        def render(
+            as_seen: tuple[Collection[str], Collection[str]] | None = None,
+            sent: Rendered | None = None,
+        ) -> Rendered:
             return render_request(
                 session.graph,
                 params.view,
@@ -236,17 +243,24 @@ class Engine:
                 cal,
                 counter=self.counter,
                 extra_records=extra_records,
-                as_seen=sent is not None,
+                as_seen=as_seen,
                 sent=sent,
             )
 
-        rendered = render(None)
-        if not rendered.projection.server_clears:
+        rendered = render()
+        proj = rendered.projection
+        if not proj.server_clears:
             return rendered
-        seen = render(rendered)  # from the same walk: only the cleared calls' parts differ
-        if microcompact.server_path(policy, params.spec):
-            return microcompact.server_edit(session.graph, rendered, seen, policy, params.spec)
-        return seen  # no provider clears this request: the same calls cleared client-side
+        # the seen renders come from the same walk: only the cleared calls' parts differ
+        if not microcompact.server_path(policy, params.spec):
+            # no provider clears this request: the same calls are cleared client-side
+            cleared = (proj.cache_cleared.keys(), proj.cache_cleared_inputs.keys())
+            return render(cleared, rendered)
+        plan = microcompact.server_plan(rendered, policy, params.spec)
+        if plan is None:  # the cleared calls are out of this request already
+            return rendered
+        seen = render((plan.results, plan.inputs), rendered)
+        return microcompact.server_edit(rendered, seen, plan, policy)
 
     def cascade(
         self,
@@ -329,8 +343,8 @@ class Engine:
         )[0]
 
     def prepare(self, session_id: str, params: RenderParams) -> Steps[bool] | None:
-        """A generator preparing the next Tier 4 summary, or None when it is not worth it (no
-        provider, occupancy under `prepare_occupancy`, already prepared)."""
+        """A generator preparing the next Tier 4 summary, or None when it is not worth it: no
+        provider, or the next compaction is not near (occupancy under `prepare_occupancy`)."""
         session = self.session(session_id)
         provider = self.provider_for(session)
         if provider is None:
@@ -342,29 +356,35 @@ class Engine:
 
     # ---- summaries prepared in the background -------------------------------------------------
 
-    def prepared_summary(
-        self, session_id: str, digest: str, model: str | None
-    ) -> SummaryResult | None:
-        """A summary prepared for exactly this source range and model, taken once."""
+    PREPARATIONS_KEPT = 16
+
+    def claim_preparation(self, session_id: str, key: PreparedKey) -> bool:
+        """True the first time a range is to be prepared; False after (at most once per range,
+        whatever came of it)."""
+        tried = self._preparations.setdefault(session_id, [])
+        if key in tried:
+            return False
+        tried.append(key)
+        del tried[: -self.PREPARATIONS_KEPT]
+        return True
+
+    def prepared_summary(self, session_id: str, key: PreparedKey) -> Any | None:
+        """The summary prepared for exactly this range, model and instructions, taken once."""
         entry = self._prepared.get(session_id)
-        if entry is None or entry[0] != digest or entry[1] != model:
+        if entry is None or entry[0] != key:
             return None
         del self._prepared[session_id]
-        return entry[2]
+        return entry[1]
 
-    def keep_prepared(
-        self, session_id: str, digest: str, model: str | None, result: SummaryResult
-    ) -> None:
-        self._prepared[session_id] = (digest, model, result)
+    def keep_prepared(self, session_id: str, key: PreparedKey, prepared: Any) -> None:
+        self._prepared[session_id] = (key, prepared)
 
-    def has_prepared(
-        self, session_id: str, digest: str | None = None, model: str | None = None
-    ) -> bool:
-        """Whether a summary is prepared (for exactly this range and model, when given)."""
+    def has_prepared(self, session_id: str, key: PreparedKey | None = None) -> bool:
+        """Whether a summary is prepared (for exactly this key, when given)."""
         entry = self._prepared.get(session_id)
         if entry is None:
             return False
-        return digest is None or (entry[0] == digest and entry[1] == model)
+        return key is None or entry[0] == key
 
     # ---- idle ---------------------------------------------------------------------------------
 

@@ -72,6 +72,13 @@ class UnknownBranch(CompactdError):
     kind = "unknown_branch"
 
 
+class UnknownHandle(CompactdError):
+    """A recall handle this session did not render on this branch (unknown, foreign, other
+    branch, or nothing to recall yet)."""
+
+    kind = "unknown_handle"
+
+
 class InvalidConfig(CompactdError):
     kind = "invalid_config"
 
@@ -92,3 +99,9 @@ class StoreFailure(CompactdError):
     """The log could not be written or read; nothing was acknowledged."""
 
     kind = "store_failure"
+
+
+class StoreUnavailable(StoreFailure):
+    """The store could not be reached (a database connection lost mid-operation). Same wire
+    code as `StoreFailure`, so clients need nothing new; `data.written` says whether the
+    operation is known not to have landed (`false`) or could not be checked (`"unknown"`)."""

@@ -123,18 +123,35 @@ class Policy:
     summary_model: str = ""
     summary_keep_turns: int = 2
     summary_max_tokens: int = 5000
+    # the spec's checkpoint is 2,000–5,000 tokens: the summary may use at least this many
+    # (a small window lowers it to a fifth of its limit)
+    summary_min_tokens: int = 2000
     summary_input_max_tokens: int = 60_000  # one summarizer call; longer ranges are chunked
     summary_max_calls: int = 8
+    # one bound on the wall time of a whole summary (evidence, every chunk, every retry):
+    # past it the summary fails and nothing is written
+    summary_time_bound_seconds: float = 300.0
     manual_compact_advice: float = 0.60
-    # Evidence: per-result summaries before a checkpoint (off unless the replay says it helps)
-    evidence_enabled: bool = False
+    # Tool evidence (the spec's stage 2): before a checkpoint, every text-only tool result of
+    # the range whose original is at least `evidence_min_tokens` long is condensed into an
+    # evidence record of at most `evidence_summary_tokens` (one provider call per
+    # `summary_input_max_tokens` of results); the checkpoint works from the evidence
+    evidence_enabled: bool = True
     evidence_min_tokens: int = 1500
     evidence_summary_tokens: int = 200
-    # Background preparation of the Tier 4 summary while the session is idle
-    prepare_occupancy: float = 0.70
+    # Background preparation of the Tier 4 summary while the session is idle, only when the
+    # next compaction is near (occupancy within 0.10 of the 0.90 threshold)
+    prepare_occupancy: float = 0.80
     prepare_idle_seconds: float = 20.0
     # Tier 5 — Reactive
     reactive_margin: float = 0.05
+    # Recall: markers name handles and the request carries `compactd_recall` (off: the
+    # request is byte-identical to one without recall)
+    recall: bool = False
+    # one recall's page; under `max_tool_result_chars` with room for the helper's note, so a
+    # recalled page is never cut again on arrival
+    recall_max_chars: int = 3800
+    recall_list_max: int = 20  # a range marker lists this many of its results' handles
 
 
 _FIELDS = {f.name: f for f in attrs.fields(Policy)}

@@ -9,13 +9,14 @@ Whatever the records say, a render never hides the path's protected turns (the a
 the latest complete turn, every turn holding a running function). Tiers only cover turns that
 are removable on the path they cut, but a record also applies to every branch forked after its
 covered nodes, and there those turns can be the latest ones: a record touching one is not
-applied there (a snip skips just that turn).
+applied there (a snip skips just that turn; evidence names the turn of its result).
 """
 
 from __future__ import annotations
 
 import bisect
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -66,12 +67,23 @@ class Projection:
     def server_clears(self) -> bool:
         return bool(self.cache_cleared or self.cache_cleared_inputs)
 
-    def as_seen(self) -> Projection:
-        """The projection of what the model sees once the provider has applied its clears."""
+    def as_seen(self, results: Iterable[str], inputs: Iterable[str]) -> Projection:
+        """What the model sees once the provider cleared these tool nodes' results and
+        inputs (the provider's rule may reach calls no record names: it clears a prefix)."""
+        # the last record of the two (without listing every cleared call of the session)
+        fallback = next(reversed(self.cache_cleared_inputs.values()), None) or next(
+            reversed(self.cache_cleared.values()), None
+        )
+        if fallback is None:
+            return self
+
+        def marked(ids: Iterable[str], own: dict[str, Record]) -> dict[str, Record]:
+            return {i: own.get(i, fallback) for i in ids}
+
         seen = attrs.evolve(
             self,
-            cleared={**self.cache_cleared, **self.cleared},
-            cleared_inputs={**self.cache_cleared_inputs, **self.cleared_inputs},
+            cleared={**marked(results, self.cache_cleared), **self.cleared},
+            cleared_inputs={**marked(inputs, self.cache_cleared_inputs), **self.cleared_inputs},
             cache_cleared={},
             cache_cleared_inputs={},
         )
@@ -108,7 +120,7 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
         _next_anchor(graph, path),
         proj,
         filtered,
-        [r for r in records if r.kind in _TURN_KINDS],
+        [r for r in records if r.kind in _GUARDED],
         guard,
     )
     return proj
@@ -176,7 +188,7 @@ def _build(
     filtered = False
     undone = {r.data.get("collapse") for r in records if r.kind == UNCOLLAPSE}
     guard: frozenset[str] = frozenset()
-    if any(r.kind in _TURN_KINDS for r in records):
+    if any(r.kind in _GUARDED for r in records):
         guard = protected_starts(graph, path)
     for rec in records:
         kind = rec.kind
@@ -187,7 +199,7 @@ def _build(
                 filtered = True
                 continue
             starts = rec.data.get("turns", [])
-        elif kind in _TURN_KINDS and guard.intersection(rec.data.get("turns", [])):
+        elif kind in _GUARDED and guard.intersection(rec.data.get("turns", [])):
             filtered = True
             if kind != SNIP:
                 continue  # it would hide a protected turn of this path: not in force here
@@ -284,6 +296,9 @@ def visible_bounds(proj: Projection, path: Path) -> list[tuple[int, int, int]]:
 
 
 _TURN_KINDS = frozenset({SUMMARY, COLLAPSE, SNIP})
+# evidence stands for a result its summary replaced: on a fork where the result's turn is
+# protected (the summary is not in force there), the result shows as it was
+_GUARDED = _TURN_KINDS | {EVIDENCE}
 
 
 def protected_starts(graph: Graph, path: Path) -> frozenset[str]:

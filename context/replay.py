@@ -29,6 +29,7 @@ from .engine import Engine, RenderParams
 from .errors import CannotFit
 from .importers.apply import OpApplier, steps
 from .importers.plan import ImportedSession, Note
+from .recall import RecallCounts
 from .render.request import Rendered, RequestSpec
 from .summarizer.types import Steps
 from .tiers.base import TierEvent
@@ -220,6 +221,7 @@ class ReplayReport:
     main: dict[str, Totals]  # by policy: the main thread's requests only
     units: Units | None = None
     write_price: float = 0.0
+    recall: RecallCounts | None = None  # cut on arrival, cleared, handles shown
 
     @property
     def compactd(self) -> Totals:
@@ -238,6 +240,7 @@ class ReplayReport:
             "steps": [s.to_json() for s in self.steps],
             "totals": {p: (t.to_json() if (t := self.totals.get(p)) else None) for p in POLICIES},
             "mainThread": {p: (t.to_json() if (t := self.main.get(p)) else None) for p in POLICIES},
+            "recall": self.recall.to_json() if self.recall else None,
         }
 
 
@@ -427,6 +430,7 @@ def replay(
     previous: float | None = None
     limit = window = 0
     by_index = {r.index: r for r in recorded}
+    recall_counts = RecallCounts()
     for index, step in enumerate(steps(imported)):
         for op in step.ops:
             applier.apply(op)
@@ -460,6 +464,8 @@ def replay(
             cannot_fit = True
             rendered = engine.render_session(session, params)
         tokens = round(rendered.estimate * ratio)  # what the provider counts
+        if policy.recall:  # handles only show with recall on
+            recall_counts.observe(rendered.request)
         if not cannot_fit:  # the usage a live client reports after the call
             engine.record_usage(
                 session.id,
@@ -526,6 +532,12 @@ def replay(
                 scope["recorded"].add_recorded(rec.usage, cost, limit)
             row.recorded_tokens, row.recorded_cost = prompt, round(cost, 1)
         report_steps.append(row)
+    recall_counts.finish(
+        session.graph,
+        policy.max_tool_result_chars,
+        policy.truncate_head_chars,
+        policy.truncate_tail_chars,
+    )
     return ReplayReport(
         imported.source_id,
         window,
@@ -538,6 +550,7 @@ def replay(
         main,
         units,
         write_price,
+        recall_counts,
     )
 
 

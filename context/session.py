@@ -65,7 +65,7 @@ class Session:
         """Apply events other writers appended since we last read; returns them."""
         if self._buffer is not None:
             return []
-        if self.offset and self.store.size(self.id) == self.offset:
+        if self.store.unchanged(self.id, self.offset):
             self.report.torn_tail = False  # nothing past what we read (a stat, not a read)
             return []
         events, report = self.store.read_from(self.id, self.offset)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,14 @@ def check_session_id(session_id: Any) -> str:
     return session_id
 
 
+@attrs.frozen
+class SessionStat:
+    """What `session/list` shows of a stored session."""
+
+    size: int
+    mtime: float
+
+
 @attrs.define
 class LoadReport:
     """What loading a log found besides good events."""
@@ -74,6 +82,14 @@ class Store:
         self.root = Path(root) if root is not None else default_data_dir()
         self.sessions_dir = self.root / "sessions"
         self._locks: dict[str, FileLock] = {}
+        self._claims: dict[str, FileLock] = {}
+
+    @property
+    def location(self) -> str:
+        return str(self.root)
+
+    def close(self) -> None:
+        """Nothing to release: every write is closed when it returns."""
 
     # ---- paths ---------------------------------------------------------------------------
 
@@ -129,8 +145,40 @@ class Store:
             ) from exc
 
     def forget(self, session_id: str) -> None:
-        """Drop the session's lock object (an evicted session holds nothing)."""
+        """Drop the session's lock objects (an evicted session holds nothing)."""
         self._locks.pop(session_id, None)
+        self._claims.pop(session_id, None)
+
+    @contextlib.contextmanager
+    def claim(self, session_id: str) -> Iterator[bool]:
+        """The session's background-work claim, a lock file taken without waiting, so two
+        daemons on one data dir never run its idle work at once."""
+        lock = self._claims.get(session_id)
+        if lock is None:
+            self.ensure_dirs()
+            path = self.sessions_dir / f".{check_session_id(session_id)}.work"
+            lock = self._claims[session_id] = FileLock(str(path), timeout=0, mode=0o600)
+        try:
+            lock.acquire()
+        except Timeout:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            lock.release()
+
+    async def watch(self) -> AsyncIterator[str]:
+        """Ids of sessions whose logs changed on disk (ours included; readers skip what they
+        already applied)."""
+        from watchfiles import awatch
+
+        self.ensure_dirs()
+        async for changes in awatch(self.sessions_dir, debounce=20, step=10, recursive=False):
+            for _change, path in changes:
+                name = Path(path).name
+                if name.endswith(LOG_SUFFIX) and not name.startswith("."):
+                    yield name[: -len(LOG_SUFFIX)]
 
     # ---- reading -------------------------------------------------------------------------
 
@@ -251,8 +299,19 @@ class Store:
         finally:
             os.close(dfd)
 
+    def stat(self, session_id: str) -> SessionStat:
+        try:
+            st = self.log_path(session_id).stat()
+        except FileNotFoundError:
+            raise UnknownSession(f"no session {session_id!r}", sessionId=session_id) from None
+        return SessionStat(st.st_size, st.st_mtime)
+
     def size(self, session_id: str) -> int:
         try:
             return self.log_path(session_id).stat().st_size
         except FileNotFoundError:
             return 0
+
+    def unchanged(self, session_id: str, offset: int) -> bool:
+        """Nothing past byte `offset`: one `stat`, where a read opened the file."""
+        return bool(offset) and self.size(session_id) == offset

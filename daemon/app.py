@@ -7,6 +7,7 @@ that decides what the context holds is in `compactd.context`. Work the daemon do
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import time
@@ -17,7 +18,7 @@ import attrs
 
 from ..context.engine import Engine
 from ..context.session import Session
-from ..context.store import Store
+from ..context.storage import open_store
 from ..context.tiers.base import TierEvent
 from ..protocol import methods
 from ..protocol.types import SessionChangedNotification
@@ -32,6 +33,7 @@ log = logging.getLogger("compactd.daemon")
 @attrs.frozen
 class Settings:
     data_dir: Path
+    store_url: str | None = None  # `--store` / COMPACTD_STORE: postgresql://…; None: the files
     idle_seconds: float | None = None  # default idle threshold for sessions without their own
     idle_check_seconds: float = 30.0
     evict_after_seconds: float = 600.0
@@ -57,11 +59,11 @@ class App:
         defaults: dict[str, Any] = {}
         if settings.idle_seconds is not None:
             defaults["idle_seconds"] = settings.idle_seconds
-        self.engine = Engine(
-            Store(settings.data_dir), defaults=defaults, summary_provider=settings.summary_provider
-        )
+        store = open_store(settings.store_url, settings.data_dir, log=self.store_said)
+        self.engine = Engine(store, defaults=defaults, summary_provider=settings.summary_provider)
         self._providers: dict[tuple[str, str], Any] = {}
         self.last_params: dict[str, Any] = {}  # session -> the RenderParams of its last render
+        self.preparing: dict[str, asyncio.Task[None]] = {}  # session -> its background summary
         self.registry = Registry(self.engine, evict_after=settings.evict_after_seconds)
         self.registry.on_first_touch.append(self._listen)
         self.registry.on_first_touch.append(lambda session: settle())  # after its load
@@ -113,6 +115,15 @@ class App:
         return provider
 
     # ---- notifications --------------------------------------------------------------------
+
+    def store_said(self, level: str, message: str) -> None:
+        """The store's word on its connection (lost, reconnected) goes to the client too."""
+        from lsprotocol.types import LogMessageParams, MessageType
+
+        getattr(log, level if level in ("info", "warning", "error") else "info")(message)
+        kind = {"error": MessageType.Error, "warning": MessageType.Warning}.get(level)
+        params = LogMessageParams(type=kind or MessageType.Info, message=message)
+        self.server.protocol.notify("window/logMessage", params)
 
     def notify_compacted(self, session_id: str, event: TierEvent) -> None:
         self.server.notify(methods.NOTIFY_COMPACTED, compacted(session_id, event))

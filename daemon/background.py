@@ -11,11 +11,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine
-from pathlib import Path
 from typing import Any
 
 from ..context.session import Session
-from ..context.store import LOG_SUFFIX
 from ..protocol import methods
 from ..protocol.types import SessionIdleNotification
 from .app import App
@@ -35,6 +33,15 @@ def start(app: App) -> list[Coroutine[Any, Any, None]]:
 
 
 def run_idle_if_due(app: App, session: Session) -> None:
+    """Idle work, on one daemon per session at a time (the store's claim): the one that
+    holds it first reads what the others wrote, so nothing is cleared twice."""
+    with app.engine.store.claim(session.id) as mine:
+        if mine:
+            session.catch_up()
+            _run_idle(app, session)
+
+
+def _run_idle(app: App, session: Session) -> None:
     idle = app.engine.idle_due(session)
     if idle is None:
         return
@@ -56,44 +63,53 @@ async def idle_loop(app: App) -> None:
                 if app.registry.lock(sid).locked():
                     continue
                 session = app.engine.sessions.get(sid)
-                if session is not None:
-                    if not app.settings.watch:  # else the watcher applies what changed
-                        session.catch_up()
-                    run_idle_if_due(app, session)
-                    await prepare_if_idle(app, session)
+                if session is None:
+                    continue
+                with app.engine.store.claim(sid) as mine:
+                    if mine:
+                        session.catch_up()  # the file store: a stat when nothing changed
+                        _run_idle(app, session)
+                        prepare_if_idle(app, session)
         except Exception:
             log.exception("idle check failed")
 
 
-async def prepare_if_idle(app: App, session: Session) -> None:
-    """While the user is away and the context is filling up, prepare the next rolling
-    summary so the compaction that will come costs no waiting."""
+def prepare_if_idle(app: App, session: Session) -> None:
+    """While the user is away and the next compaction is near, prepare the next rolling
+    summary so the compaction that will come costs no waiting. A task of its own, one per
+    session at a time: the idle loop (and every other session) does not wait for it."""
     params = app.last_params.get(session.id)
-    if params is None:
+    if params is None or session.id in app.preparing:
         return
     idle = time.time() - session.graph.last_activity
     if idle < app.engine.policy(session).prepare_idle_seconds:
         return
-    await prepare_summary(app, session.id, params)
+    task = asyncio.create_task(_prepare(app, session.id, params))
+    app.preparing[session.id] = task
+
+
+async def _prepare(app: App, session_id: str, params: Any) -> None:
+    try:
+        await prepare_summary(app, session_id, params)
+    except Exception:
+        log.exception("preparing a summary for %s failed", session_id)
+    finally:
+        app.preparing.pop(session_id, None)
 
 
 async def watch_loop(app: App) -> None:
-    """Notice appends by other daemons on this data dir and apply them."""
-    from watchfiles import awatch
-
-    store = app.engine.store
-    store.ensure_dirs()
-    async for changes in awatch(store.sessions_dir, debounce=20, step=10, recursive=False):
-        for _change, path in changes:
-            name = Path(path).name
-            if not name.endswith(LOG_SUFFIX) or name.startswith("."):
+    """Notice appends by other daemons on this store (file changes, or the database's
+    notifications) and apply them; `""` means anything may have changed."""
+    async for sid in app.engine.store.watch():
+        targets = [sid] if sid else list(app.engine.sessions)
+        for target in targets:
+            session = app.engine.sessions.get(target)
+            if session is None:
                 continue
-            session = app.engine.sessions.get(name[: -len(LOG_SUFFIX)])
-            if session is not None:
-                try:
-                    session.catch_up()
-                except Exception:
-                    log.exception("catching up %s failed", session.id)
+            try:
+                session.catch_up()
+            except Exception:
+                log.exception("catching up %s failed", session.id)
 
 
 async def warm_tokenizer() -> None:

@@ -9,9 +9,11 @@ commit, so nothing is written. One cascade runs per session at a time.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
@@ -75,9 +77,18 @@ async def answer_one(
 ) -> Answer:
     if provider_name is None:
         return SummaryFailure("unavailable", "no summary provider is configured")
+    deadline = need.request.deadline
+    remaining = None if deadline is None else deadline - time.time()
+    if remaining is not None and remaining <= 0:
+        return SummaryFailure("timeout", "the summary ran past its time bound")
     try:
         provider = app.provider(provider_name, session_id)
-        return await provider.summarize(need.request)
+        # the whole summary's time bound: this call stops waiting when it runs out
+        return await asyncio.wait_for(provider.summarize(need.request), remaining)
+    except TimeoutError:
+        return SummaryFailure(
+            "timeout", "the summary ran past its time bound (summaryTimeBoundSeconds)"
+        )
     except SummaryFailure as failure:
         return failure
 
@@ -149,13 +160,14 @@ async def compact(
 
 async def prepare_summary(app: App, session_id: str, params: RenderParams) -> bool:
     """Background preparation of the Tier 4 summary while the session is idle: the result
-    stays in memory and the next cascade commits it only for an identical source range."""
+    stays in memory and the next cascade commits it only for an identical source range. It
+    holds no lock — renders, appends and compactions go on meanwhile; what it prepared is kept
+    only if its range is still current when it is done."""
     steps = app.engine.prepare(session_id, params)
     if steps is None:
         return False
     provider = app.engine.provider_for(app.engine.session(session_id))
-    async with app.registry.lock(session_id):
-        prepared = await drive(app, session_id, steps, provider=provider)
+    prepared = await drive(app, session_id, steps, provider=provider)
     if not prepared:
         log.info("no background summary prepared for %s", session_id)
     return prepared

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..context.engine import RenderParams as EngineRenderParams
 from ..context.policy import policy_from_config
+from ..context.recall import recall
 from ..context.render.request import RequestSpec
 from ..context.session import UNSET
 from ..context.visibility import ViewOptions
@@ -38,6 +39,8 @@ def engine_params(p: t.RenderParams | t.CompactParams | t.SnipParams) -> EngineR
         format=p.format,
         cache=getattr(p, "cache", True),
         cache_ttl=getattr(p, "cache_ttl", None),
+        recall=getattr(p, "recall", None),
+        fallback_models=tuple(getattr(p, "fallback_models", None) or ()),
     )
     return EngineRenderParams(view=view, spec=spec)
 
@@ -56,8 +59,8 @@ def register(server: Any, app: App) -> None:
     def session_list(ls: CompactdServer, p: t.ListParams) -> t.ListResult:
         out = []
         for sid in engine.list():
-            stat = engine.store.log_path(sid).stat()
-            out.append(t.SessionInfo(sid, stat.st_size, stat.st_mtime, sid in engine.sessions))
+            stat = engine.store.stat(sid)
+            out.append(t.SessionInfo(sid, stat.size, stat.mtime, sid in engine.sessions))
         return t.ListResult(out)
 
     @rpc(server, m.SESSION_GET)
@@ -189,6 +192,22 @@ def register(server: Any, app: App) -> None:
         record_id = engine.uncollapse(session.id, p.collapse_id)
         return t.UncollapseResult(record_id is not None, record_id)
 
+    @rpc(server, m.CONTEXT_RECALL)
+    def context_recall(ls: CompactdServer, p: t.RecallParams) -> t.RecallResult:
+        session = app.session(p.session_id)
+        g = session.graph
+        got = recall(
+            g,
+            p.handle,
+            g.branch_path(p.branch),
+            engine.policy(session).recall_max_chars,
+            p.start_line,
+            p.end_line,
+        )
+        return t.RecallResult(
+            got.text, got.total_lines, got.start_line, got.end_line, got.truncated
+        )
+
     @rpc(server, m.CONTEXT_REPORT_USAGE)
     def report_usage(ls: CompactdServer, p: t.ReportUsageParams) -> t.ReportUsageResult:
         session = app.session(p.session_id)
@@ -213,7 +232,7 @@ def register(server: Any, app: App) -> None:
 
         return t.StatusResult(
             __version__,
-            str(engine.store.root),
+            engine.store.location,
             app.registry.loaded(),
             engine.summary_provider,
             # the threshold in force for sessions without their own (the spec's 90 minutes

@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from ..context.errors import CompactdError
 from ..context.store import default_data_dir
 from . import background
 from .app import App, Settings
@@ -39,6 +40,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         idle = float(env["COMPACTD_IDLE_SECONDS"])
     return Settings(
         data_dir=Path(args.data_dir) if args.data_dir else default_data_dir(),
+        store_url=args.store or env.get("COMPACTD_STORE") or None,
         idle_seconds=idle,
         idle_check_seconds=args.idle_check_seconds,
         watch=not args.no_watch,
@@ -61,5 +63,12 @@ def serve(args: argparse.Namespace) -> int:
     logging.getLogger("pygls.protocol.json_rpc").setLevel(
         logging.DEBUG if level == "DEBUG" else logging.CRITICAL
     )
-    server, app = build(settings_from(args))
-    return asyncio.run(serve_stdio(server, background=background.start(app)))
+    try:
+        server, app = build(settings_from(args))
+    except CompactdError as exc:  # e.g. an unsupported --store URL, an unreachable database
+        print(f"compactd: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(serve_stdio(server, background=background.start(app)))
+    finally:
+        app.engine.store.close()

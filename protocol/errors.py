@@ -20,6 +20,7 @@ ERRORS: dict[str, tuple[int, str]] = {
     "unknown_session": (4004, "No session with that id exists in the data dir."),
     "unknown_node": (4005, "The session has no node with that id."),
     "unknown_branch": (4006, "The session has no branch with that name."),
+    "unknown_handle": (4007, "No recall handle of that name on this session's branch."),
     "invalid_graph": (4010, "The input would make the graph invalid."),
     "invalid_pairing": (4011, "A tool result does not match exactly one open tool call."),
     "invalid_content": (4012, "A message or content block is malformed."),

@@ -18,6 +18,7 @@ CONTEXT_MEASURE = "context/measure"
 CONTEXT_COMPACT = "context/compact"
 CONTEXT_SNIP = "context/snip"
 CONTEXT_UNCOLLAPSE = "context/uncollapse"
+CONTEXT_RECALL = "context/recall"
 CONTEXT_REPORT_USAGE = "context/reportUsage"
 DAEMON_STATUS = "daemon/status"
 

@@ -193,6 +193,11 @@ class RenderParams:
     cache_ttl: Literal["5m", "1h"] | None = None
     overflow: ProviderError | None = None
     work_done_token: str | None = None
+    # markers name recall handles and the request carries `compactd_recall` (default: the
+    # session's `recall` config)
+    recall: bool | None = None
+    # the request must fit each of these models too; `tokens.models` reports every budget
+    fallback_models: list[str] | None = None
 
 
 @attrs.define
@@ -277,6 +282,27 @@ class UncollapseParams:
 class UncollapseResult:
     applied: bool
     record_id: str | None
+
+
+@attrs.define
+class RecallParams:
+    """Answer the model's `compactd_recall` call: lines of what a handle in a rendered
+    marker stands for, at most `recallMaxChars` characters of whole lines."""
+
+    session_id: str
+    handle: str
+    start_line: int | None = None
+    end_line: int | None = None
+    branch: str | None = None
+
+
+@attrs.define
+class RecallResult:
+    text: str
+    total_lines: int
+    start_line: int
+    end_line: int
+    truncated: bool
 
 
 @attrs.define
@@ -408,6 +434,7 @@ METHODS: dict[str, tuple[type, type]] = {
     m.CONTEXT_COMPACT: (CompactParams, CompactResult),
     m.CONTEXT_SNIP: (SnipParams, SnipResult),
     m.CONTEXT_UNCOLLAPSE: (UncollapseParams, UncollapseResult),
+    m.CONTEXT_RECALL: (RecallParams, RecallResult),
     m.CONTEXT_REPORT_USAGE: (ReportUsageParams, ReportUsageResult),
     m.DAEMON_STATUS: (StatusParams, StatusResult),
     m.SESSION_REPLAY: (ReplayParams, dict),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from compactd.context.engine import Engine
@@ -50,3 +51,22 @@ def counter() -> Counter:
 @pytest.fixture
 def engine(store: Store, counter: Counter) -> Engine:
     return Engine(store, counter=counter)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Any]:
+    """A throwaway PostgreSQL cluster for the whole run (`tests/support/postgres.py`): a unix
+    socket in a temp dir, stopped at the end. Skipped, saying why, only without the server
+    binaries."""
+    from tests.support import postgres
+
+    if postgres.find_bindir() is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
+    with postgres.running() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Any) -> str:
+    """A fresh, empty database of the test cluster."""
+    return str(pg_cluster.database())

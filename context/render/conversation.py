@@ -10,6 +10,7 @@ assembles and a node is tokenized once.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import attrs
@@ -27,6 +28,7 @@ from ..projection import COLLAPSE as COLLAPSE_KIND
 from ..projection import SNIP as SNIP_KIND
 from ..projection import SUMMARY as SUMMARY_KIND
 from ..projection import Projection, hidden_runs
+from ..recall import cleared_note, handle_for, range_entries, range_note
 from ..tokens import BLOCK_OVERHEAD, MESSAGE_OVERHEAD, Counter
 from ..truncate import shorten_input, truncate_result
 from ..visibility import View
@@ -115,7 +117,22 @@ def summary_marker(data: dict[str, Any], turns: int) -> str:
     if last and last not in text:
         out.append("[the assistant's last message in that part, verbatim]")
         out.append(last)
+    media = data.get("media") or []
+    if media:
+        names = ", ".join(_media_label(m) for m in media)
+        if data.get("mediaDropped"):
+            out.append(
+                f"[images and documents of that part that the window cannot hold: {names}; "
+                "the originals are kept in the session graph]"
+            )
+        else:
+            out.append(f"[images and documents of that part, kept verbatim below: {names}]")
     return "\n\n".join(out)
+
+
+def _media_label(ref: dict[str, Any]) -> str:
+    where = f"returned by {ref['toolUseId']}" if ref.get("toolUseId") else "from the user"
+    return f"{ref.get('name', ref.get('kind', 'media'))} ({where})"
 
 
 def collapse_marker(text: str, turns: int) -> str:
@@ -133,8 +150,11 @@ def snip_marker(turns: int) -> str:
 
 
 class _Builder:
-    def __init__(self, graph: Graph, view: View, policy: Policy, counter: Counter) -> None:
+    def __init__(
+        self, graph: Graph, view: View, policy: Policy, counter: Counter, recall: bool = False
+    ) -> None:
         self.graph = graph
+        self.recall = recall
         self.view = view
         self.policy = policy
         self.counter = counter
@@ -173,9 +193,22 @@ class _Builder:
 
     # -- threads ------------------------------------------------------------------------
 
+    def handle(self, node_id: str) -> str | None:
+        """The recall handle of a node's content, when the request carries the recall tool."""
+        return handle_for(self.graph.session_id, node_id) if self.recall else None
+
+    def range_note(self, node_ids: list[str]) -> str:
+        """The handles of a removed range's tool results (empty without recall)."""
+        if not self.recall or not node_ids:
+            return ""
+        entries = range_entries(self.graph, node_ids)
+        return range_note(entries, self.handle(node_ids[0]), self.policy.recall_list_max)
+
     def thread(self, path: Path, proj: Projection, own: bool) -> tuple[int, int]:
         ids = path.line.ids
         bounds = path.turn_bounds()
+        hidden = self.hidden_ranges(path, proj) if self.recall else {}
+        snip_nodes: list[str] = []
         # a summary inside a turn stands in that turn, after its request; else before the
         # first turn it replaces
         inside = proj.summary_through if proj.summary is not None else None
@@ -184,43 +217,60 @@ class _Builder:
         shown_collapses: set[str] = set()
         shown = 0
         head_id = ids[path.length - 1] if path.length else None
+        summary_nodes = hidden.get("summary", [])
         # hidden turns come in runs (a long snipped prefix is one step, not thousands)
         at = 0
         for first, end, kind in (*hidden_runs(proj, path), (len(bounds), len(bounds), "")):
             for index in range(at, first):
                 turn_no = index if own else -1
                 if snip_run:
-                    self.marker(snip_marker(snip_run), turn_no, "snip")
+                    note = self.range_note(snip_nodes)
+                    self.marker(snip_marker(snip_run) + note, turn_no, "snip")
                     snip_run = 0
+                    snip_nodes = []
                 shown += 1
-                self.turn(path, proj, bounds[index], turn_no, inside, head_id if own else None)
-                if inside is not None and inside[0] == ids[bounds[index][0]]:
+                start = bounds[index][0]
+                self.turn(
+                    path,
+                    proj,
+                    bounds[index],
+                    turn_no,
+                    inside,
+                    head_id if own else None,
+                    summary_nodes,
+                )
+                if inside is not None and inside[0] == ids[start]:
                     summary_done = True
             if kind == SUMMARY_KIND:
                 if not summary_done and proj.summary is not None and inside is None:
-                    self.summary(proj, first if own else -1)
+                    self.summary(proj, first if own else -1, summary_nodes)
                     summary_done = True
             elif kind == SNIP_KIND:
                 snip_run += end - first
+                if self.recall:  # the run's nodes, for the marker's note (one slice)
+                    snip_nodes.extend(ids[bounds[first][0] : bounds[end - 1][1]])
             elif kind == COLLAPSE_KIND:
                 for index in range(first, end):
                     turn_no = index if own else -1
                     if snip_run:
-                        self.marker(snip_marker(snip_run), turn_no, "snip")
+                        note = self.range_note(snip_nodes)
+                        self.marker(snip_marker(snip_run) + note, turn_no, "snip")
                         snip_run = 0
+                        snip_nodes = []
                     collapse = proj.collapsed[ids[bounds[index][0]]]
                     if collapse.id not in shown_collapses:
                         shown_collapses.add(collapse.id)
                         self.marker(
                             collapse_marker(
                                 collapse.data.get("text", ""), len(collapse.data.get("turns", []))
-                            ),
+                            )
+                            + self.range_note(hidden.get(collapse.id, [])),
                             turn_no,
                             "collapse",
                         )
             at = max(at, end)
         if snip_run:
-            self.marker(snip_marker(snip_run), len(bounds), "snip")
+            self.marker(snip_marker(snip_run) + self.range_note(snip_nodes), len(bounds), "snip")
         return len(bounds), shown
 
     def turn(
@@ -231,6 +281,7 @@ class _Builder:
         turn_no: int,
         inside: tuple[str, str] | None,
         head_id: str | None,
+        summary_nodes: list[str],
     ) -> None:
         """One turn shown in full (after its request, the summary of its earlier part when a
         summary cuts inside it). `head_id`: the path's head on the viewer's own thread."""
@@ -242,7 +293,7 @@ class _Builder:
             first = self.graph.nodes[start_id]
             if first.kind == "user":  # the request stays, before the work done on it
                 self.emit("user", self.user_parts(first), turn_no)
-            self.summary(proj, turn_no)
+            self.summary(proj, turn_no, summary_nodes)
             nodes = ids[path.index(inside[1]) + 1 : end]
         for node_id in nodes:
             node = self.graph.nodes[node_id]
@@ -254,9 +305,46 @@ class _Builder:
                     at_head = node_id == head_id
                     self.emit("user", self.result_parts(node, proj, at_head), turn_no)
 
-    def summary(self, proj: Projection, turn: int) -> None:
+    def summary(self, proj: Projection, turn: int, nodes: list[str] | None = None) -> None:
         assert proj.summary is not None
-        self.marker(summary_marker(proj.summary.data, len(proj.summary_turns)), turn, "summary")
+        data = proj.summary.data
+        text = summary_marker(data, len(proj.summary_turns))
+        self.marker(text + self.range_note(nodes or []), turn, "summary")
+        if not data.get("mediaDropped"):
+            self.emit("user", self.media_parts(data.get("media") or []), turn, "summary")
+
+    def media_parts(self, refs: list[dict[str, Any]]) -> list[Part]:
+        """The images and documents a summary replaced the turns of, from their nodes: the
+        checkpoint never discards multimodal content (spec, final table)."""
+        parts = []
+        for ref in refs:
+            node = self.graph.nodes.get(ref.get("node") or "")
+            if node is None:
+                continue
+            source = node.result if node.kind == "tool" else node.content
+            index = ref.get("block", -1)
+            if not isinstance(source, list) or not 0 <= index < len(source):
+                continue
+            block = source[index]
+            category = TOOL_RESULTS if node.kind == "tool" else USER
+            parts.append(Part(block, category, self.counter.block(block), node.id))
+        return parts
+
+    def hidden_ranges(self, path: Path, proj: Projection) -> dict[str, list[str]]:
+        """The thread nodes behind each summary (key "summary") and collapse (its record
+        id) on this thread, so a marker can name their results before its turns are walked."""
+        ids = path.line.ids
+        out: dict[str, list[str]] = {}
+        inside = proj.summary_through if proj.summary is not None else None
+        for start, end in path.turn_bounds():
+            start_id = ids[start]
+            if start_id in proj.summary_turns:
+                out.setdefault("summary", []).extend(ids[start:end])
+            elif start_id in proj.collapsed and start_id not in proj.snipped:
+                out.setdefault(proj.collapsed[start_id].id, []).extend(ids[start:end])
+            if inside is not None and inside[0] == start_id:
+                out.setdefault("summary", []).extend(ids[start + 1 : path.index(inside[1]) + 1])
+        return out
 
     # -- nodes --------------------------------------------------------------------------
 
@@ -350,11 +438,13 @@ class _Builder:
             variant: tuple[Any, ...] = ("evidence", rec.id)
             content, is_error, cat = rec.data.get("text", ""), call.is_error, MARKERS
         elif call.id in proj.cleared:
-            variant = ("cleared",)
+            variant = ("cleared", self.recall)
             content, is_error, cat = CLEARED_PLACEHOLDER, call.is_error, MARKERS
+            if self.recall:
+                content = cleared_note(self.handle(call.id) or "", call.result)
         elif fn is not None:
             mode = self.view.expose_mode(fn)
-            variant = ("fn", fn.status, mode, fn.result_seq, self.trunc)
+            variant = ("fn", fn.status, mode, fn.result_seq, self.trunc, self.recall)
             content, is_error, cat = None, fn.is_error, TOOL_RESULTS
         elif not call.answered:
             if at_head and call.id not in proj.abandoned:
@@ -362,16 +452,16 @@ class _Builder:
             variant = ("none",)
             content, is_error, cat = NO_RESULT_PLACEHOLDER, True, MARKERS
         else:
-            variant = ("raw", call.result_seq, self.trunc)
+            variant = ("raw", call.result_seq, self.trunc, self.recall)
             content, is_error, cat = None, call.is_error, TOOL_RESULTS
         key = ("r", variant)
         part = call.cache.get(key)
         if part is None:
             if content is None:
                 content = (
-                    self.function_content(fn, variant[2])
+                    self.function_content(fn, variant[2], self.handle(call.id))
                     if fn is not None
-                    else truncate_result(call.result, *self.trunc)
+                    else truncate_result(call.result, *self.trunc, self.handle(call.id))
                 )
             block: dict[str, Any] = {
                 "type": "tool_result",
@@ -384,12 +474,12 @@ class _Builder:
             call.cache[key] = part
         return part
 
-    def function_content(self, fn: Node, mode: str) -> Any:
+    def function_content(self, fn: Node, mode: str, handle: str | None = None) -> Any:
         if fn.status == "running":
             return RUNNING_FUNCTION_PLACEHOLDER
         if mode == "none":
             return HIDDEN_OUTPUT_PLACEHOLDER
-        output = truncate_result(fn.result if fn.result is not None else "", *self.trunc)
+        output = truncate_result(fn.result if fn.result is not None else "", *self.trunc, handle)
         if mode != "full":
             return output
         text = (
@@ -410,7 +500,9 @@ class _Builder:
             for call in self.graph.calls_of(node):
                 if call.kind == "tool":
                     result = truncate_result(
-                        call.result if call.answered else NO_RESULT_PLACEHOLDER, *self.trunc
+                        call.result if call.answered else NO_RESULT_PLACEHOLDER,
+                        *self.trunc,
+                        self.handle(call.id) if call.answered else None,
                     )
                     if not isinstance(result, str):
                         result = "\n".join(
@@ -431,17 +523,18 @@ def seen_conversation(
     graph: Graph,
     view: View,
     sent: Conversation,
-    sent_proj: Projection,
+    cleared: tuple[Collection[str], Collection[str]],
     seen_proj: Projection,
     policy: Policy,
     counter: Counter,
+    recall: bool = False,
 ) -> Conversation:
     """The conversation the model sees once the provider applied Tier 1's server-side clears,
     from the one as sent: the same messages, with the parts of those calls (their results,
     their long inputs) swapped for what a build from `seen_proj` would emit — a render on the
     server path walks the thread once, not twice."""
-    builder = _Builder(graph, view, policy, counter)
-    results, inputs = sent_proj.cache_cleared, sent_proj.cache_cleared_inputs
+    builder = _Builder(graph, view, policy, counter, recall)
+    results, inputs = cleared  # the tool nodes whose results, and whose inputs, are cleared
     nodes = graph.nodes
     messages = []
     for msg in sent.messages:
@@ -472,8 +565,9 @@ def build_conversation(
     caller: Projection | None,
     policy: Policy,
     counter: Counter,
+    recall: bool = False,
 ) -> Conversation:
-    builder = _Builder(graph, view, policy, counter)
+    builder = _Builder(graph, view, policy, counter, recall)
     if view.caller is not None and caller is not None:
         builder.thread(view.caller, caller, own=False)
         for msg in builder.messages:

@@ -7,7 +7,7 @@ compaction decisions and the final request always agree.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import attrs
@@ -17,6 +17,7 @@ from ..errors import InvalidContent
 from ..graph import Graph, Record
 from ..policy import Policy
 from ..projection import Projection, project
+from ..recall import with_recall_tool
 from ..tokens import COUNTER, Counter
 from ..visibility import View, ViewOptions, resolve_view
 from .anthropic import anthropic_tally, to_anthropic
@@ -47,6 +48,10 @@ class RequestSpec:
     format: str = "anthropic"
     cache: bool = True
     cache_ttl: str | None = None
+    recall: bool | None = None  # None: the session's `recall` policy
+    # models the client may fall back to: the request must fit each of them (spec, final
+    # table: the budget is recomputed for fallback models); each gets its table's budget
+    fallback_models: tuple[str, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -55,7 +60,12 @@ class RequestSpec:
             raise InvalidContent("cacheTtl must be '5m' or '1h'", field="cacheTtl")
 
     def budget(self) -> Budget:
+        """The budget of the model the request is for (`window`/`maxOutputTokens` apply)."""
         return make_budget(self.model, self.window, self.max_output_tokens)
+
+    def budgets(self) -> list[Budget]:
+        """The request's model's budget, then each fallback model's, from the model table."""
+        return [self.budget(), *(make_budget(m) for m in self.fallback_models)]
 
 
 @attrs.frozen
@@ -90,11 +100,13 @@ class Rendered:
     _request: dict[str, Any] | None  # the body to send (None: built when first asked for)
     tally: Tally  # of what the model sees (after a server-side clear, if any)
     ratio: float
-    budget: Budget
+    budget: Budget  # the budget the request must fit: the smallest of its models'
     conversation: Conversation
     projection: Projection
     view: View
     server: ServerEdit | None = None
+    # with fallback models: every model's budget and calibration ratio, the request's first
+    models: list[tuple[Budget, float]] = attrs.field(factory=list)
     build: Callable[[], dict[str, Any]] | None = None
 
     @property
@@ -155,6 +167,14 @@ class Rendered:
         cats = self.categories
         return sum(v for k, v in cats.items() if k not in (OUTPUT_RESERVE, FREE))
 
+    def total_at(self, ratio: float) -> int:
+        """The prompt estimate calibrated with `ratio` (rounded per category, as `total`)."""
+        return sum(
+            round(v * ratio)
+            for k, v in self.tally.by_category.items()
+            if k not in (OUTPUT_RESERVE, FREE)
+        )
+
     @property
     def estimate(self) -> int:
         return self.tally.prompt
@@ -174,7 +194,22 @@ class Rendered:
             "turnsShown": self.conversation.turns_shown,
             # what the provider will clear server-side (Tier 1's server path), not in `total`
             "clearedByProvider": round((self.sent_estimate - self.tally.prompt) * self.ratio),
+            **({"models": self.model_budgets()} if self.models else {}),
         }
+
+    def model_budgets(self) -> list[dict[str, Any]]:
+        """Each model's budget and what the request costs it (its own calibration)."""
+        return [
+            {
+                "model": b.model,
+                "window": b.window,
+                "limit": b.limit,
+                "outputReserve": b.output_reserve,
+                "total": self.total_at(ratio),
+                "binding": b is self.budget,
+            }
+            for b, ratio in self.models
+        ]
 
 
 def render_request(
@@ -186,35 +221,43 @@ def render_request(
     *,
     counter: Counter = COUNTER,
     extra_records: list[Record] | None = None,
-    as_seen: bool = False,
+    as_seen: tuple[Collection[str], Collection[str]] | None = None,
     sent: Rendered | None = None,
 ) -> Rendered:
-    """`as_seen`: render what the model sees once the provider applied Tier 1's server-side
-    clears (their results and inputs replaced as the time path would); `sent`, the render of
-    the same request as sent, lends it its conversation (only those calls' parts differ)."""
-    if as_seen and sent is not None:
+    """`as_seen` (tool node ids whose results, and whose inputs, the provider clears): render
+    what the model sees once the provider applied Tier 1's server-side clear, those results
+    and inputs replaced as the time path would. `sent`, the render of the same request as
+    sent, lends it its conversation (only those calls' parts differ), and on the Anthropic
+    format the seen request is measured and built only when asked for."""
+    recall = policy.recall if spec.recall is None else spec.recall
+    if as_seen is not None and sent is not None:
         view = sent.view
-        own = sent.projection.as_seen()
+        own = sent.projection.as_seen(*as_seen)
         conversation = seen_conversation(
-            graph, view, sent.conversation, sent.projection, own, policy, counter
+            graph, view, sent.conversation, as_seen, own, policy, counter, recall
         )
     else:
         view = resolve_view(graph, options)
         own = project(graph, view.own, extra_records)
-        if as_seen:
-            own = own.as_seen()
+        if as_seen is not None:
+            own = own.as_seen(*as_seen)
         caller = project(graph, view.caller) if view.caller is not None else None
-        conversation = build_conversation(graph, view, own, caller, policy, counter)
-    budget = spec.budget()
+        conversation = build_conversation(graph, view, own, caller, policy, counter, recall)
+    own_budget = spec.budget()
+    budget, ratio, models = own_budget, _ratio(calibration, spec.model), []
+    if spec.fallback_models:
+        # the request fits the smallest: the least room in compactd's own units (a model whose
+        # tokenizer counts more has less), the request's own model on a tie
+        models = [(b, _ratio(calibration, b.model)) for b in spec.budgets()]
+        budget, ratio = min(models, key=lambda m: m[0].limit / m[1])
     common = dict(
         model=spec.model,
-        max_tokens=budget.output_reserve,
+        max_tokens=own_budget.output_reserve,
         system=spec.system,
-        tools=spec.tools,
+        tools=with_recall_tool(spec.tools) if recall else spec.tools,
         response_schema=spec.response_schema,
     )
-    ratio = calibration.ratio(spec.model) if calibration is not None else 1.0
-    if spec.format == "anthropic" and as_seen and sent is not None:
+    if spec.format == "anthropic" and as_seen is not None and sent is not None:
         # what the model sees on the server path is measured; its request (what the provider
         # caches) is built only if asked for
         seen = conversation
@@ -222,7 +265,7 @@ def render_request(
             seen,
             counter,
             system=spec.system,
-            tools=spec.tools,
+            tools=common["tools"],  # type: ignore[arg-type]
             response_schema=spec.response_schema,
         )
 
@@ -231,11 +274,17 @@ def render_request(
                 seen, counter, cache=spec.cache, cache_ttl=spec.cache_ttl, **common
             )[0]
 
-        return Rendered(None, tally, ratio, budget, conversation, own, view, build=build)
+        return Rendered(
+            None, tally, ratio, budget, conversation, own, view, models=models, build=build
+        )
     if spec.format == "anthropic":
         request, tally = to_anthropic(
             conversation, counter, cache=spec.cache, cache_ttl=spec.cache_ttl, **common
         )
     else:
         request, tally = to_openai(conversation, counter, **common)
-    return Rendered(request, tally, ratio, budget, conversation, own, view)
+    return Rendered(request, tally, ratio, budget, conversation, own, view, models=models)
+
+
+def _ratio(calibration: Calibration | None, model: str | None) -> float:
+    return calibration.ratio(model) if calibration is not None else 1.0

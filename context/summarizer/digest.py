@@ -134,9 +134,35 @@ def digest_text(
     return text
 
 
+def evidence_lines(items: list[dict[str, Any]] | tuple[dict[str, Any], ...]) -> str:
+    """Tool evidence, extractively: per result its size, its first non-empty line and every
+    line that looks like an error."""
+    out = []
+    for item in items:
+        lines = [ln.strip() for ln in str(item.get("text", "")).splitlines() if ln.strip()]
+        first = _short(lines[0]) if lines else "(empty)"
+        errors = [_short(ln) for ln in lines[1:] if ERROR_LINE.search(ln)][:3]
+        said = f"{len(lines)} lines; first: {first}"
+        if errors:
+            said += "; " + "; ".join(errors)
+        out.append(f"{item.get('id')}: {said}")
+    return "\n".join(out)
+
+
+ERROR_LINE = re.compile(r"error|fail|exception|traceback", re.IGNORECASE)
+
+
 def summarize(request: SummaryRequest) -> SummaryResult:
     if not request.items:
         raise SummaryFailure("other", "the digest provider needs the structured input items")
+    if request.purpose == "evidence":
+        text = evidence_lines(request.items)
+        return SummaryResult(
+            text=text,
+            model="digest",
+            input_tokens=request.input_tokens_estimate,
+            output_tokens=COUNTER.text(text),
+        )
     # the checkpoint stays within the budget the tier priced it at: paths and identifiers
     # tokenize densely, so the character cap tightens until the count fits (user requests,
     # which are never cut, may still exceed it)

@@ -8,6 +8,7 @@ itself does no I/O. Raises `SummaryFailure` when no usable summary can be had.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -20,14 +21,24 @@ from .types import Steps, SummaryFailure, SummaryNeeded, SummaryRequest
 
 @attrs.frozen
 class Limits:
-    """How much one summary may take: tokens of input per call, and calls."""
+    """How much one summary may take: tokens of input per call, calls, and wall time (one
+    `deadline` on `clock` for the whole summary, evidence included)."""
 
     input_tokens: int
     calls: int
+    deadline: float | None = None
+    clock: Callable[[], float] | None = None
 
     @classmethod
-    def of(cls, policy: Policy) -> Limits:
-        return cls(policy.summary_input_max_tokens, policy.summary_max_calls)
+    def of(cls, policy: Policy, clock: Callable[[], float] | None = None) -> Limits:
+        """The policy's limits; with a `clock`, the time bound starts now."""
+        deadline = clock() + policy.summary_time_bound_seconds if clock is not None else None
+        return cls(policy.summary_input_max_tokens, policy.summary_max_calls, deadline, clock)
+
+    def check_time(self, what: str) -> None:
+        """Raise `SummaryFailure("timeout")` once the deadline has passed."""
+        if self.deadline is not None and self.clock is not None and self.clock() >= self.deadline:
+            raise SummaryFailure("timeout", f"{what} ran past its time bound; nothing was written")
 
 
 def chunk_lines(inp: SummaryInput, budget: int, start: int = 0) -> list[tuple[int, int]]:
@@ -67,6 +78,7 @@ def generate(
         lo, hi = next(c for c in chunks if c[0] == position)
         if calls >= limits.calls:
             raise SummaryFailure("call_limit", f"the summary needed more than {limits.calls} calls")
+        limits.check_time(f"the {purpose} summary")
         parts_total = max(1, len(chunks))
         body = inp.text(lo, hi)
         prompt = body
@@ -84,6 +96,7 @@ def generate(
             input_tokens_estimate=sum(inp.line_tokens[lo:hi]),
             items=tuple(inp.items) if whole else (),
             input_hash=inp.digest,
+            deadline=limits.deadline,
         )
         if not whole:
             request = attrs.evolve(request, items=tuple(_chunk_items(inp, lo, hi, rolling)))

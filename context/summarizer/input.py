@@ -10,6 +10,7 @@ chunked generation can always make progress.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -48,6 +49,9 @@ class SummaryInput:
     prior_text: str | None
     digest: str  # hash of the whole input (the source prefix)
     continued: list[bool] = attrs.field(factory=list)  # a piece of the line before it
+    # images and documents of the range, named in the input and kept in the request after
+    # the checkpoint: {"name", "kind", "node", "block", "toolUseId"?} (a prior summary's first)
+    media: list[dict[str, Any]] = attrs.field(factory=list)
 
     @property
     def tokens(self) -> int:
@@ -71,6 +75,8 @@ def _text_of(content: Any) -> str:
     for block in content or []:
         if block.get("type") == "text":
             out.append(block["text"])
+        elif block.get("type") in MEDIA_KINDS:
+            out.append(f"[{block['type']}, kept in the request]")
         else:
             out.append(f"[{block.get('type', 'content')}]")
     return "\n".join(out)
@@ -89,19 +95,28 @@ def user_request_texts(graph: Graph, path: Path, turn: Turn) -> list[str]:
 
 
 def build_input(
-    graph: Graph, path: Path, proj: Projection, conv: Conversation, rng: Range, counter: Counter
+    graph: Graph,
+    path: Path,
+    proj: Projection,
+    conv: Conversation,
+    rng: Range,
+    counter: Counter,
+    evidence: Mapping[str, str] | None = None,
 ) -> SummaryInput:
-    """The summarizer's input: the range from its first message, as rendered."""
+    """The summarizer's input: the range from its first message, as rendered — with
+    `evidence` (tool node id -> what its result showed) in place of those raw results."""
     lines: list[str] = []
     items: list[dict[str, Any]] = []
     requests: list[str] = []
     last_assistant: str | None = None
     prior_text: str | None = None
+    media: list[dict[str, Any]] = []
     starts = {t.start_id for t in rng.turns} | ({rng.partial.start_id} if rng.partial else set())
     inside = proj.summary_through[0] if proj.summary_through else None
     if proj.summary is not None and (bool(starts & proj.summary_turns) or inside in starts):
         prior_text = proj.summary.data.get("text", "")
         requests.extend(proj.summary.data.get("userRequests", []))
+        media.extend(proj.summary.data.get("media") or [])
         lines.append(f"<previous_checkpoint>\n{prior_text}\n</previous_checkpoint>")
         items.append({"type": "summary", "text": prior_text})
     by_turn: dict[int, list[Any]] = {}
@@ -134,7 +149,7 @@ def build_input(
                 continue
             for part in msg.parts:
                 last_assistant = _describe(
-                    graph, msg.role, part.block, lines, items, last_assistant
+                    graph, msg.role, part, lines, items, last_assistant, evidence, media
                 )
     if rng.partial is not None and rng.through is not None:
         # the turn's request stays verbatim in the request: here it is context for the work on
@@ -149,7 +164,7 @@ def build_input(
                 at = thread_index(graph, part.node, path) if part.node else None
                 if at is not None and rng.partial.start < at <= rng.through:
                     last_assistant = _describe(
-                        graph, msg.role, part.block, lines, items, last_assistant
+                        graph, msg.role, part, lines, items, last_assistant, evidence, media
                     )
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
     pieces = [(i > 0, p) for line in lines for i, p in enumerate(_split_line(line, counter))]
@@ -162,6 +177,7 @@ def build_input(
         prior_text,
         digest,
         [cont for cont, _ in pieces],
+        media,
     )
 
 
@@ -181,11 +197,14 @@ def _split_line(line: str, counter: Counter) -> list[tuple[str, int]]:
 def _describe(
     graph: Graph,
     role: str,
-    block: dict[str, Any],
+    part: Any,
     lines: list[str],
     items: list[dict[str, Any]],
     last_assistant: str | None,
+    evidence: Mapping[str, str] | None,
+    media: list[dict[str, Any]],
 ) -> str | None:
+    block = part.block
     kind = block.get("type")
     if kind == "text":
         text = block["text"]
@@ -209,13 +228,43 @@ def _describe(
         )
     elif kind == "tool_result":
         flag = " [error]" if block.get("is_error") else ""
-        text = _text_of(block.get("content"))
+        content = block.get("content")
+        if evidence and part.node in evidence:
+            text = f"[tool evidence] {evidence[part.node]}"
+        elif isinstance(content, list):
+            out = []
+            for i, sub in enumerate(content):
+                if sub.get("type") == "text":
+                    out.append(sub["text"])
+                elif sub.get("type") in MEDIA_KINDS:
+                    ref = {"toolUseId": block["tool_use_id"]}
+                    out.append(_name_media(media, sub["type"], part.node, i, ref))
+                else:
+                    out.append(f"[{sub.get('type', 'content')}]")
+            text = "\n".join(out)
+        else:
+            text = _text_of(content)
         lines.append(f"TOOL RESULT ({block['tool_use_id']}){flag}: {text}")
         for item in reversed(items):
             if item.get("type") == "tool" and item.get("id") == block["tool_use_id"]:
                 item["isError"] = bool(block.get("is_error"))
                 item["resultChars"] = len(text)
                 break
-    elif kind in ("image", "document"):
-        lines.append(f"{role.upper()}: [{kind}]")
+    elif kind in MEDIA_KINDS:
+        node = graph.nodes.get(part.node or "")
+        index = next((i for i, b in enumerate(node.content) if b is block), -1) if node else -1
+        lines.append(f"{role.upper()}: {_name_media(media, kind, part.node, index, {})}")
     return last_assistant
+
+
+MEDIA_KINDS = ("image", "document")
+
+
+def _name_media(
+    media: list[dict[str, Any]], kind: str, node: str | None, block: int, extra: dict[str, Any]
+) -> str:
+    """Name an image or document of the range (`image #2`), remember where it is, and say in
+    the input that it stays in the request — never a bare "[image]"."""
+    name = f"{kind} #{len(media) + 1}"
+    media.append({"name": name, "kind": kind, "node": node, "block": block, **extra})
+    return f"[{name}: kept in the request after the checkpoint]"

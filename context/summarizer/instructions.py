@@ -13,9 +13,17 @@ def prompt(name: str) -> str:
     return (files(__package__) / "prompts" / f"{name}.md").read_text(encoding="utf-8").rstrip("\n")
 
 
-def checkpoint_system(instructions: str | None) -> str:
-    """The rolling summary's instructions; `/compact <instructions>` adds the user's own."""
+def checkpoint_system(
+    instructions: str | None, size: tuple[int, int] | None = None, media: bool = False
+) -> str:
+    """The rolling summary's instructions: the size asked for (`size` = (floor, cap) in tokens,
+    the spec's 2,000–5,000), a note when images or documents stay after it (`media`), and
+    `/compact <instructions>`, the user's own."""
     text = prompt("checkpoint")
+    if size is not None:
+        text += "\n\n" + prompt("checkpoint_size").format(low=size[0], high=size[1])
+    if media:
+        text += "\n\n" + prompt("media_kept")
     if instructions:
         return (
             text + "\n\nThe user asked for this compaction with these "
@@ -27,6 +35,11 @@ def checkpoint_system(instructions: str | None) -> str:
 def collapse_system(tokens: int) -> str:
     """A Tier 3 segment summary's instructions, at most `tokens` long."""
     return prompt("collapse").format(tokens=tokens)
+
+
+def evidence_system(words: int) -> str:
+    """Tool evidence's instructions: one line per result, at most `words` words each."""
+    return prompt("evidence").format(words=words)
 
 
 def chunk_note(part: int, parts: int) -> str:

@@ -47,6 +47,9 @@ class SummaryRequest:
     # {"type": "user"|"assistant"|"tool"|"summary", "text"?, "name"?, "input"?, "isError"?}
     items: tuple[dict[str, Any], ...] = ()
     input_hash: str = ""  # identifies the source range (reuse only for an identical one)
+    # the whole summary's time bound (`summaryTimeBoundSeconds`), as the engine's clock reads
+    # it: a driver stops waiting for this call then and answers `timeout`
+    deadline: float | None = None
 
 
 @attrs.frozen

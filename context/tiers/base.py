@@ -138,6 +138,21 @@ class Run:
         self.pending.append((record, event))
         self.events.append(event)
 
+    def propose_all(self, records: list[dict[str, Any]], event: TierEvent) -> None:
+        """Adopt several drafts with one event and one re-render (a record per tool result
+        would otherwise re-render the request once each)."""
+        before = self.total
+        for record in records:
+            self.drafts.append(
+                self.graph.draft_record(
+                    record["kind"], record["covers"], record.get("data", {}), record.get("thread")
+                )
+            )
+            self.pending.append((record, event))
+        self.rerender()
+        event.applied, event.tokens_before, event.tokens_after = True, before, self.total
+        self.events.append(event)
+
     def retract(self) -> None:
         """Withdraw the last proposed draft (a tier replacing its own earlier proposal)."""
         self.drafts.pop()
@@ -192,8 +207,10 @@ class Run:
             return []
         self.check_unchanged()
         ids = self.session.add_records([rec for rec, _ in self.pending])
+        for _, event in self.pending:
+            event.record_ids = []
         for rid, (_, event) in zip(ids, self.pending, strict=True):
-            event.record_ids = [rid]
+            event.record_ids.append(rid)
         self.drafts = []
         self.rerender()
         return ids

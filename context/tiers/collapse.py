@@ -82,7 +82,7 @@ def apply(run: Run) -> Steps[None]:
                 system=collapse_system(policy.collapse_summary_tokens),
                 max_output=policy.collapse_summary_tokens,
                 model=policy.summary_model or None,
-                limits=Limits.of(policy),
+                limits=Limits.of(policy, run.engine.clock),  # the time bound, per segment
             )
         except SummaryFailure as failed:
             run.note(TIER, f"{failed.message}; nothing was written", failed=True)

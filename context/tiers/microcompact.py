@@ -174,60 +174,79 @@ def server_path(policy: Policy, spec: RequestSpec) -> bool:
     return policy.microcompact_mode == "cache" and spec.format == "anthropic"
 
 
-def server_edit(
-    graph: Graph, sent: Rendered, seen: Rendered, policy: Policy, spec: RequestSpec
-) -> Rendered:
-    """`seen` (rendered with the provider's clears applied) carrying the request as sent plus
-    the context edit that makes the provider clear exactly those calls; `sent` unchanged when
-    none of them is in the request (they were summarized or snipped away)."""
-    blocks = [
-        b
-        for m in sent.request["messages"]
-        if isinstance(m.get("content"), list)
-        for b in m["content"]
-        if isinstance(b, dict) and b.get("type") == "tool_use"
+@attrs.frozen
+class ServerPlan:
+    """What the provider will clear for one request (by its rule: the oldest uses of tools not
+    excluded, all but `keep`), as tool node ids, and the edit that says so."""
+
+    results: frozenset[str]
+    inputs: frozenset[str]
+    edit: dict[str, Any]
+
+
+def server_plan(sent: Rendered, policy: Policy, spec: RequestSpec) -> ServerPlan | None:
+    """The edit that makes the provider clear every recorded server-side clear in the request
+    (and, by its rule, every older use of a compactable tool); None when none is in it."""
+    uses = [
+        (part.block, part.node)
+        for message in sent.conversation.messages
+        for part in message.parts
+        if part.block.get("type") == "tool_use" and part.node is not None
     ]
     names = {t.get("name") for t in spec.tools or [] if isinstance(t, dict)}
-    names.update(b.get("name") for b in blocks)
+    names.update(block.get("name") for block, _ in uses)
     exclude = sorted(n for n in names if isinstance(n, str) and not is_compactable(policy, n))
-    uses = [b for b in blocks if b.get("name") not in exclude]
+    eligible = [(block, node) for block, node in uses if block.get("name") not in exclude]
     proj = sent.projection
-    # the calls of this request the provider clears (looked up per block sent: the session
-    # may have cleared tens of thousands more, long summarized or snipped away)
-    by_use = graph.by_tool_use_id
-    cleared, inputs = set(), set()
-    for b in uses:
-        node_id = by_use.get(b.get("id"))  # type: ignore[arg-type]
-        if node_id in proj.cache_cleared:
-            cleared.add(b.get("id"))
-        if node_id in proj.cache_cleared_inputs:
-            inputs.add(b.get("id"))
-    either = cleared | inputs
-    last = max((i for i, b in enumerate(uses) if b.get("id") in either), default=None)
+    # membership, not a set of every cleared call: the session may have cleared tens of
+    # thousands more, long summarized or snipped away
+    results, inputs = proj.cache_cleared, proj.cache_cleared_inputs
+    last = max(
+        (i for i, (_, node) in enumerate(eligible) if node in results or node in inputs),
+        default=None,
+    )
+    if last is None:
+        return None
+    cleared = eligible[: last + 1]
+    long_inputs = sorted(
+        {str(block.get("name")) for block, node in cleared if node in proj.cache_cleared_inputs}
+    )
+    edit: dict[str, Any] = {
+        "type": CLEAR_EDIT,
+        "keep": {"type": "tool_uses", "value": len(eligible) - last - 1},
+    }
+    if exclude:
+        edit["exclude_tools"] = exclude
+    if long_inputs:
+        edit["clear_tool_inputs"] = long_inputs
+    return ServerPlan(
+        results=frozenset(node for _, node in cleared),
+        inputs=frozenset(node for block, node in cleared if block.get("name") in long_inputs),
+        edit=edit,
+    )
+
+
+def server_edit(sent: Rendered, seen: Rendered, plan: ServerPlan, policy: Policy) -> Rendered:
+    """`seen` (rendered with the plan's clears applied) carrying the request as sent plus the
+    context edit; the request as sent when the clear would free nothing."""
     freed = sent.tally.prompt - seen.tally.prompt
-    if last is None or freed <= 0:
+    if freed <= 0:
         return sent
     # the provider counts more tokens than our estimate (Claude ~1.3x), so it clears at least
     # this much whenever it clears what we counted; under it, the clear is not made at all
     at_least = max(1, min(policy.microcompact_cache_clear_at_least, freed * 4 // 5))
-    edit: dict[str, Any] = {
+    edit = {
         "type": CLEAR_EDIT,
         "trigger": {"type": "input_tokens", "value": at_least},
-        "keep": {"type": "tool_uses", "value": len(uses) - last - 1},
+        **{k: v for k, v in plan.edit.items() if k != "type"},
         "clear_at_least": {"type": "input_tokens", "value": at_least},
     }
-    if exclude:
-        edit["exclude_tools"] = exclude
-    long_inputs = sorted({str(b.get("name")) for b in uses[: last + 1] if b.get("id") in inputs})
-    if long_inputs:
-        edit["clear_tool_inputs"] = long_inputs
-    request = {**sent.request, "context_management": {"edits": [edit]}}
     seen.server = ServerEdit(
         build_seen=seen.request_builder(),
         sent_estimate=sent.tally.prompt,
         headers={"anthropic-beta": CONTEXT_MANAGEMENT_BETA},
     )
-    seen.request = request
+    seen.request = {**sent.request, "context_management": {"edits": [edit]}}
     return seen
 
 

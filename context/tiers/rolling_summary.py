@@ -18,21 +18,36 @@
   the previous one in. HEAD never moves.
 - The marker keeps every user request of the range verbatim and the latest assistant text
   (the checkpoint rules), whatever the provider wrote.
+- Tool evidence first (the spec's stage 2): long text-only tool results of the range are
+  condensed into `evidence` records (id, tool, error flag, what the result showed) and the
+  checkpoint is written from those. Images and documents of the range stay in the request
+  after the marker; only when the limit cannot hold them are they named instead.
+- A summary prepared in the background is used only for the same range, model and
+  instructions; one time bound (`summaryTimeBoundSeconds`) covers a whole summary.
 """
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 import attrs
 
 from ..graph import Graph, Path
-from ..projection import SUMMARY, Projection, thread_index
+from ..projection import EVIDENCE, SUMMARY, Projection, thread_index
+from ..render.conversation import TOOL_RESULTS
+from ..summarizer.evidence import (
+    EvidenceSource,
+    batches,
+    evidence_marker,
+    evidence_request,
+    parse_evidence,
+)
 from ..summarizer.generate import Limits, generate
 from ..summarizer.input import Range, SummaryInput, build_input, user_request_texts
 from ..summarizer.instructions import checkpoint_system
-from ..summarizer.types import Steps, SummaryFailure, SummaryResult
-from ..tokens import MESSAGE_OVERHEAD
+from ..summarizer.types import Steps, SummaryFailure, SummaryNeeded
+from ..tokens import IMAGE_TOKENS, MESSAGE_OVERHEAD
 from ..turns import Turn, has_running, is_complete, plan_cuts, turn_node_ids, turns_of
 from .base import Run, TierEvent
 
@@ -152,26 +167,178 @@ class Costs:
 
 
 def summary_budget(run: Run) -> int:
-    """How long the summary may be: `summaryMaxTokens` (the spec's 2,000–5,000), but never
-    more than a tenth of what the request may hold — a 5K summary would crowd a 32K window."""
-    return max(500, min(run.policy.summary_max_tokens, run.limit // 10))
+    """How long the summary may be: `summaryMaxTokens` (5,000), but never more than a tenth
+    of what the request may hold — a 5K summary would crowd a 32K window — and never less
+    than `summaryMinTokens` (2,000: the spec's checkpoint is 2,000–5,000 tokens), which a
+    small window lowers to a fifth of its limit."""
+    floor = min(run.policy.summary_min_tokens, run.limit // 5)
+    return max(floor, min(run.policy.summary_max_tokens, run.limit // 10))
 
 
-def generate_checkpoint(
-    run: Run, inp: SummaryInput, instructions: str | None
-) -> Steps[tuple[str, dict[str, Any]]]:
-    """The rolling summary of `inp`, written the one way Tier 4 and background preparation
-    both use (same prompt, budget and model, so a prepared one is what Tier 4 would write)."""
-    return (
-        yield from generate(
-            inp,
-            purpose="rolling",
-            system=checkpoint_system(instructions),
-            max_output=summary_budget(run),
-            model=run.policy.summary_model or None,
-            limits=Limits.of(run.policy),
-        )
+def size_asked(run: Run) -> tuple[int, int]:
+    """The (floor, cap) in tokens the checkpoint prompt asks for."""
+    cap = summary_budget(run)
+    return min(run.policy.summary_min_tokens, cap), cap
+
+
+PreparedKey = tuple[str, str | None, str]
+"""What a prepared summary is reused for: the range's input hash, the model, the
+instructions ("" without)."""
+
+
+@attrs.frozen
+class Checkpoint:
+    """A written checkpoint, ready to propose: the text and its usage, and the tool evidence it
+    was written from (each source with the line that stands for it)."""
+
+    text: str
+    usage: dict[str, Any]
+    evidence: list[tuple[EvidenceSource, str]]
+
+
+def range_key(run: Run, rng: Range, instructions: str | None) -> PreparedKey:
+    """The key of `rng`'s checkpoint: the hash of its input before evidence, the model and the
+    instructions — a summary made for another of the three is not this one."""
+    inp = build_input(
+        run.graph,
+        run.path,
+        run.rendered.projection,
+        run.rendered.conversation,
+        rng,
+        run.engine.counter,
     )
+    return inp.digest, run.policy.summary_model or None, instructions or ""
+
+
+def evidence_sources(run: Run, rng: Range) -> list[EvidenceSource]:
+    """The range's tool results that tool evidence condenses: shown raw in the request now,
+    of a tool (not a function), text only, and at least `evidenceMinTokens` long originally."""
+    policy = run.policy
+    if not policy.evidence_enabled:
+        return []
+    covered = set(rng.covers)
+    out: list[EvidenceSource] = []
+    for msg in run.rendered.conversation.messages:
+        if msg.kind != "turn" or msg.turn < 0:
+            continue
+        for part in msg.parts:
+            if part.category != TOOL_RESULTS or part.block.get("type") != "tool_result":
+                continue
+            node = run.graph.nodes.get(part.node or "")
+            if node is None or node.kind != "tool" or node.function or node.id not in covered:
+                continue
+            text = _text_only(node.result) if node.answered else None
+            if text is None:
+                continue
+            tokens = run.engine.counter.text(text)
+            if tokens >= policy.evidence_min_tokens:
+                out.append(
+                    EvidenceSource(
+                        node.id,
+                        node.tool_use_id or node.id,
+                        node.name or "tool",
+                        bool(node.is_error),
+                        text,
+                        tokens,
+                    )
+                )
+    return out
+
+
+def _text_only(result: Any) -> str | None:
+    """A result's text, or None when it holds anything but text (an image stays as it is)."""
+    if isinstance(result, str):
+        return result
+    if isinstance(result, list) and all(
+        isinstance(b, dict) and b.get("type") == "text" for b in result
+    ):
+        return "\n".join(b.get("text", "") for b in result)
+    return None
+
+
+def condense(
+    run: Run, sources: list[EvidenceSource], limits: Limits
+) -> Steps[list[tuple[EvidenceSource, str]]]:
+    """Tool evidence for `sources`, a batch per call. A result the model gave no line for, or
+    whose batch failed, reaches the checkpoint raw; running out of time fails the summary."""
+    policy = run.policy
+    out: list[tuple[EvidenceSource, str]] = []
+    for batch in batches(sources, policy.summary_input_max_tokens):
+        limits.check_time("the tool evidence")
+        request = evidence_request(
+            batch,
+            tokens_each=policy.evidence_summary_tokens,
+            model=policy.summary_model or None,
+            deadline=limits.deadline,
+            counter=run.engine.counter,
+        )
+        answer = yield SummaryNeeded(EVIDENCE, request)
+        if isinstance(answer, SummaryFailure):
+            if answer.kind in ("timeout", "cancelled"):
+                raise SummaryFailure(answer.kind, f"the tool evidence failed: {answer}")
+            continue
+        lines = parse_evidence(answer.text, [s.tool_use_id for s in batch])
+        out.extend((s, lines[s.tool_use_id]) for s in batch if s.tool_use_id in lines)
+    return out
+
+
+def write_checkpoint(
+    run: Run, rng: Range, instructions: str | None, limits: Limits
+) -> Steps[tuple[Checkpoint, SummaryInput]]:
+    """The checkpoint of `rng`, written the one way Tier 4 and background preparation both use
+    (evidence first, then the same prompt, budget and model), with the input it was written
+    from."""
+    sources = evidence_sources(run, rng)
+    evidence = (yield from condense(run, sources, limits)) if sources else []
+    inp = build_input(
+        run.graph,
+        run.path,
+        run.rendered.projection,
+        run.rendered.conversation,
+        rng,
+        run.engine.counter,
+        {src.node: line for src, line in evidence},
+    )
+    text, usage = yield from generate(
+        inp,
+        purpose="rolling",
+        system=checkpoint_system(instructions, size_asked(run), media=bool(inp.media)),
+        max_output=summary_budget(run),
+        model=run.policy.summary_model or None,
+        limits=limits,
+    )
+    usage["evidenceCalls"] = len(batches(sources, run.policy.summary_input_max_tokens))
+    return Checkpoint(text, usage, evidence), inp
+
+
+def evidence_record(run: Run, evidence: list[tuple[EvidenceSource, str]]) -> list[dict[str, Any]]:
+    """One `evidence` record per condensed result: the call's id, tool and error flag, the
+    line, and the marker that stands in the result's place (the original stays in the
+    graph)."""
+    starts = [t.start for t in turns_of(run.path)]
+    ids = run.path.line.ids
+
+    def turn_of(node: str) -> list[str]:
+        at = thread_index(run.graph, node, run.path)
+        return [] if at is None else [ids[starts[bisect.bisect_right(starts, at) - 1]]]
+
+    return [
+        {
+            "kind": EVIDENCE,
+            "covers": [src.node],
+            "thread": run.thread,
+            "data": {
+                "turns": turn_of(src.node),  # not in force where that turn is protected
+                "toolUseId": src.tool_use_id,
+                "tool": src.tool,
+                "isError": src.is_error,
+                "evidence": line,
+                "resultTokens": src.tokens,
+                "text": evidence_marker(src, line),
+            },
+        }
+        for src, line in evidence
+    ]
 
 
 # ---- the tier ---------------------------------------------------------------------------------
@@ -202,7 +369,26 @@ class MarkerBound:
         last = _last_assistant_text(run.graph, run.path, rng) if rng.partial is None else None
         if last:
             tokens += counter.request_text(last)
+        tokens += IMAGE_TOKENS * _media_count(run, rng)  # images and documents stay
         return round(tokens * run.rendered.ratio)
+
+
+def _media_count(run: Run, rng: Range) -> int:
+    """Images and documents the summary of `rng` keeps (an upper bound: every one in its
+    new turns and, as the prior summary's, already kept)."""
+    summary = run.rendered.projection.summary
+    count = len(summary.data.get("media") or []) if summary is not None else 0
+    graph = run.graph
+    for node_id in rng.covers:
+        node = graph.nodes.get(node_id)
+        if node is None:
+            continue
+        source = node.result if node.kind == "tool" else node.content
+        if isinstance(source, list):
+            count += sum(
+                1 for b in source if isinstance(b, dict) and b.get("type") in ("image", "document")
+            )
+    return count
 
 
 def _last_assistant_text(graph: Graph, path: Path, rng: Range) -> str | None:
@@ -299,17 +485,26 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
             "provider was not called",
         )
         return
-    inp = build_input(run.graph, run.path, proj, run.rendered.conversation, rng, run.engine.counter)
-    model = policy.summary_model or None
-    prepared = run.engine.prepared_summary(run.session.id, inp.digest, model)
+    key = range_key(run, rng, instructions)
+    prepared = run.engine.prepared_summary(run.session.id, key)
     try:
         if prepared is not None:
-            text, usage = prepared.text, {"calls": 0, "reused": True, "model": prepared.model}
+            checkpoint, inp = prepared
+            usage = {
+                "calls": 0,
+                "reused": True,
+                "model": checkpoint.usage.get("model"),
+                "evidenceCalls": 0,
+            }
         else:
-            text, usage = yield from generate_checkpoint(run, inp, instructions)
+            checkpoint, inp = yield from write_checkpoint(
+                run, rng, instructions, Limits.of(policy, run.engine.clock)
+            )
+            usage = checkpoint.usage
     except SummaryFailure as failed:
         run.note(TIER, f"{failed.message}; nothing was written", failed=True)
         return
+    text = checkpoint.text
     data: dict[str, Any] = {
         "text": text,
         "turns": [t.start_id for t in rng.turns],
@@ -322,31 +517,56 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
         "inputTokens": inp.tokens,
         "usage": usage,
     }
+    if inp.media:
+        data["media"] = inp.media
     if proj.summary is not None:
         data["prior"] = proj.summary.id
     if instructions:
         data["instructions"] = instructions
     before = run.total
+    if checkpoint.evidence:
+        run.propose_all(
+            evidence_record(run, checkpoint.evidence),
+            TierEvent(
+                EVIDENCE,
+                f"condensed {len(checkpoint.evidence)} long tool result(s) of the range into "
+                "tool evidence before the checkpoint",
+                details={"results": [src.tool_use_id for src, _ in checkpoint.evidence]},
+            ),
+        )
+    summary_event = TierEvent(
+        TIER,
+        ("/compact" if manual else "over threshold after the cheaper tiers")
+        + f": summarized {_what(run.path, rng)}",
+        details={
+            "coveredTurns": len(rng.turns),
+            "provider": run.provider,
+            "calls": usage.get("calls", 0),
+            "inputTokens": usage.get("inputTokens", 0),
+            "outputTokens": usage.get("outputTokens", 0),
+            "reused": prepared is not None,
+            "manual": manual,
+            "evidence": len(checkpoint.evidence),
+            "media": len(inp.media),
+        },
+    )
     run.propose(
         {"kind": SUMMARY, "covers": rng.covers, "data": data, "thread": run.thread},
-        TierEvent(
-            TIER,
-            ("/compact" if manual else "over threshold after the cheaper tiers")
-            + f": summarized {_what(run.path, rng)}",
-            details={
-                "coveredTurns": len(rng.turns),
-                "provider": run.provider,
-                "calls": usage.get("calls", 0),
-                "inputTokens": usage.get("inputTokens", 0),
-                "outputTokens": usage.get("outputTokens", 0),
-                "reused": prepared is not None,
-                "manual": manual,
-            },
-        ),
+        summary_event,
     )
+    if inp.media and run.total > run.limit:
+        # the images and documents are the last thing to go: named, not kept
+        run.retract()
+        data = {**data, "mediaDropped": True}
+        summary_event.details["mediaDropped"] = True
+        run.propose(
+            {"kind": SUMMARY, "covers": rng.covers, "data": data, "thread": run.thread},
+            summary_event,
+        )
     after = run.total
     if after >= before:
         run.retract()
+        run.withdraw(EVIDENCE)
         run.note(
             TIER,
             f"no gain: with the summary the request would need {after:,} tokens, "
@@ -374,25 +594,28 @@ def _what(path: Path, rng: Range) -> str:
 
 
 def prepare(run: Run) -> Steps[bool]:
-    """Background preparation: summarize the range the next Tier 4 would replace and keep the
-    result in memory (`Engine.keep_prepared`); nothing is written."""
-    policy = run.policy
-    proj = run.rendered.projection
+    """Background preparation: write the checkpoint the next Tier 4 would write and keep it in
+    memory (`Engine.keep_prepared`); nothing is written. Once per range (a failure included),
+    and kept only if, when it is done, the range is still the one the next Tier 4 would take
+    — the session is not locked meanwhile, so it may have moved on."""
     rng = choose_range(run)  # the very range the next Tier 4 would take
     if rng is None:
         return False
-    inp = build_input(run.graph, run.path, proj, run.rendered.conversation, rng, run.engine.counter)
-    model = policy.summary_model or None
-    if run.engine.has_prepared(run.session.id, inp.digest, model):
-        return False  # already prepared for this very range (a stale one is replaced below)
+    key = range_key(run, rng, None)
+    if not run.engine.claim_preparation(run.session.id, key):
+        return False  # prepared (or tried) already for this very range
     try:
-        text, usage = yield from generate_checkpoint(run, inp, None)
+        checkpoint, inp = yield from write_checkpoint(
+            run, rng, None, Limits.of(run.policy, run.engine.clock)
+        )
     except SummaryFailure:
         return False
-    run.engine.keep_prepared(
-        run.session.id,
-        inp.digest,
-        model,
-        SummaryResult(text=text, model=str(usage.get("model") or "")),
+    run.session.catch_up()
+    now = Run(
+        run.engine, run.session, run.view, run.spec, run.engine.policy(run.session), run.provider
     )
+    current = choose_range(now)
+    if current is None or range_key(now, current, None) != key:
+        return False  # the session moved on while the summary was written
+    run.engine.keep_prepared(run.session.id, key, (checkpoint, inp))
     return True

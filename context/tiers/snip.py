@@ -2,7 +2,8 @@
 
 A turn goes whole — the user message, the assistant's replies and every tool call with its
 result — so pairing cannot break. Never removed: the active turn, the latest complete turn,
-a turn holding a running function, and the session's first user turn (configurable). A snip
+a turn holding a running function, any turn of a running function's own thread, and the
+session's first user turn (configurable). A snip
 is a record over the graph; nothing is deleted, and it applies only to the branch whose path
 holds the snipped turns. Completed functions go with their turn, in order, like anything else.
 """
@@ -24,7 +25,11 @@ MARKER_ALLOWANCE = 40  # tokens a snip marker costs (checked by the re-render)
 
 
 def removable_turns(graph: Graph, path: Path, proj: Projection, policy: Policy) -> list[Turn]:
-    """Visible turns Snip may remove, oldest first."""
+    """Visible turns Snip may remove, oldest first. None in the own thread of a function still
+    running: its turns are active content, and active content is not deleted (spec §2.1) —
+    in any view (a turn holding a running function is protected by `plan_cuts` already)."""
+    if path.owner is not None and path.owner in graph.running:
+        return []
     plan = plan_cuts(graph, path, keep_first_turn=policy.snip_keep_first_turn)
     hidden = set(proj.summary_turns) | set(proj.snipped) | set(proj.collapsed)
     return [t for t in plan.removable() if t.start_id not in hidden]

@@ -7,23 +7,51 @@ each test its own session ids. Every daemon a fixture starts must end with exit 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import os
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
 from compactd.clients.client import CompactdClient
+
+from tests.support import postgres
 
 from .wire import serve_command
 
 CALL_TIMEOUT = 20.0
+ON_POSTGRES = os.environ.get("COMPACTD_TEST_STORE") == "postgres"
+"""`COMPACTD_TEST_STORE=postgres` (`make test` does a second run so): every daemon these tests
+start gets `--store` on a database of its data dir's own; tests of the files themselves skip."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _daemons_on_postgres(request: pytest.FixtureRequest) -> Iterator[None]:
+    if not ON_POSTGRES:
+        yield
+        return
+    postgres.DAEMON_CLUSTER = request.getfixturevalue("pg_cluster")
+    try:
+        yield
+    finally:
+        postgres.DAEMON_CLUSTER = None
+        postgres.DAEMON_STORES.clear()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if ON_POSTGRES:
+        skip = pytest.mark.skip(reason="reads or writes the JSONL files themselves")
+        for item in items:
+            if item.get_closest_marker("files_only"):
+                item.add_marker(skip)
 
 
 async def spawn(data_dir: Path, *serve_args: str, timeout: float = CALL_TIMEOUT) -> CompactdClient:
     """A `CompactdClient` on a fresh daemon (the product's own Python client)."""
     command = serve_command(data_dir, *serve_args)
     # CompactdClient.spawn appends `serve` itself: hand it everything before that
-    head = command[: command.index("serve")]
-    return await CompactdClient.spawn(head, args=list(serve_args), timeout=timeout)
+    at = command.index("serve")
+    return await CompactdClient.spawn(command[:at], args=command[at + 1 :], timeout=timeout)
 
 
 @asynccontextmanager

@@ -253,6 +253,7 @@ async def test_unknown_method_is_32601(daemon: RawDaemon) -> None:
         assert error["code"] == -32601, (method, error)
 
 
+@pytest.mark.files_only
 async def test_a_corrupt_log_is_a_store_failure_never_a_crash(
     daemon: RawDaemon, data_dir: Path
 ) -> None:

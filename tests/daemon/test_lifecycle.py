@@ -53,6 +53,7 @@ async def test_exit_without_shutdown_exits_1(daemon: RawDaemon) -> None:
     assert await daemon.wait_exit() == 1
 
 
+@pytest.mark.files_only
 async def test_stdin_eof_exits_0_even_mid_message(daemon: RawDaemon, tmp_path: Path) -> None:
     await daemon.call("session/open", {"sessionId": "eof"})
     # the client dies halfway through a frame: the daemon must neither hang nor apply it

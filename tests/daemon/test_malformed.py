@@ -291,6 +291,7 @@ async def test_path_tricks_in_ids_touch_nothing(
 # ---- size ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.files_only
 async def test_a_10_mb_tool_result_is_stored_whole_and_truncated_in_render(
     daemon: RawDaemon, data_dir: Path
 ) -> None:
@@ -332,6 +333,7 @@ async def test_a_10_mb_tool_result_is_stored_whole_and_truncated_in_render(
 # ---- files ----------------------------------------------------------------------------------
 
 
+@pytest.mark.files_only
 async def test_data_files_are_0600_and_folders_0700(daemon: RawDaemon, data_dir: Path) -> None:
     assert sessions(data_dir)  # the earlier tests wrote something
     for path in [data_dir, *data_dir.rglob("*")]:

@@ -80,6 +80,7 @@ def check_measure(tokens: dict[str, Any]) -> None:
 # ---- sessions ------------------------------------------------------------------------------
 
 
+@pytest.mark.files_only
 async def test_open_creates_then_loads_and_list_shows_them(
     client: CompactdClient, data_dir: Path
 ) -> None:
@@ -462,6 +463,7 @@ async def test_tier_5_runs_once_per_turn(client: CompactdClient, data_dir: Path)
     assert log_bytes(data_dir, sid) == before
 
 
+@pytest.mark.files_only
 async def test_status_reports_the_daemon(client: CompactdClient, data_dir: Path) -> None:
     await client.open_session("m-status")
     status = await client.status()

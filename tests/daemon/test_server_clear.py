@@ -77,3 +77,24 @@ async def test_the_readme_loop_sends_the_server_clear_and_measure_follows_the_pr
             again = await daemon.render(session, cascade=True, **budget)
             assert orjson.dumps(again.request) == orjson.dumps(request)
             assert again.events == [] or not any(e["applied"] for e in again.events)
+
+
+@pytest.mark.asyncio
+async def test_a_result_the_provider_cleared_is_recalled_by_its_tool_use_id(
+    tmp_path: Path,
+) -> None:
+    """The provider's placeholder names no handle; the model still has the call's id."""
+    async with running(tmp_path / "data") as daemon:
+        session = (await daemon.open_session(config={"recall": True})).session_id
+        await daemon.append(session, one_long_turn(60))
+        budget = {"model": MODEL, "window": 24_000, "max_output_tokens": 2_000}
+        out = await daemon.render(session, cascade=True, **budget)
+        assert "toolu_000" in server_cleared(out.request)
+        assert any(t["name"] == "compactd_recall" for t in out.request["tools"])
+        got = await daemon.recall(session, "toolu_000")
+        assert got.text == filler("m0", 1000)
+        answer = await daemon.answer_recall(
+            session,
+            {"type": "tool_use", "id": "r1", "name": "compactd_recall", "input": {"handle": "x"}},
+        )
+        assert answer["is_error"] is True and "tool_use id" in str(answer["content"])

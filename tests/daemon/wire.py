@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from tests.support.logs import log_bytes
+from tests.support.postgres import daemon_store_args
 
 SPAWN_TIMEOUT = 20.0
 REPLY_TIMEOUT = 10.0
@@ -33,7 +34,9 @@ def frame(body: bytes) -> bytes:
 
 def serve_command(data_dir: Path, *serve_args: str) -> list[str]:
     """The command line of a daemon on `data_dir` (the same entry point users run)."""
-    return [sys.executable, "-m", "compactd", "--data-dir", str(data_dir), "serve", *serve_args]
+    store = daemon_store_args(data_dir)  # `--store URL` when this run tests PostgreSQL
+    head = [sys.executable, "-m", "compactd", "--data-dir", str(data_dir), "serve"]
+    return [*head, *store, *serve_args]
 
 
 class RawDaemon:

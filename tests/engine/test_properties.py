@@ -22,6 +22,7 @@ from compactd.context.engine import Engine
 from compactd.context.errors import PendingToolResults
 from compactd.context.graph import Graph, Node
 from compactd.context.policy import RUNNING_FUNCTION_PLACEHOLDER, policy_from_config
+from compactd.context.recall import handles_in, recall
 from compactd.context.render.request import Rendered, RequestSpec, render_request
 from compactd.context.store import Store
 from compactd.context.tiers.rolling_summary import cut_points, in_turn_range
@@ -45,6 +46,13 @@ from tests.support.invariants import thinking_sequence
 SID = "prop"
 # fsync is what the store tests are about; here it only costs time, so use tmpfs if there is one
 FAST_DIR = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+# with recall, a lower arrival limit so that many results are cut and name a handle
+RECALL = {
+    "recall": True,
+    "maxToolResultChars": 60,
+    "truncateHeadChars": 30,
+    "truncateTailChars": 20,
+}
 PREFIX_KEEPING = {"user", "meta", "assistant", "results", "function"}
 
 
@@ -144,7 +152,7 @@ def _assistant(draw: Any, world: World) -> dict[str, Any]:
 
 def available(world: World) -> list[str]:
     head = world.head()
-    acts = ["branch", "snip", "clear", "summary", "inside"]
+    acts = ["branch", "snip", "clear", "evidence", "summary", "inside"]
     if len(world.graph.branches) > 1:
         acts.append("checkout")
     if not world.head_pending():
@@ -290,6 +298,19 @@ def _record(draw: Any, world: World, kind: str) -> dict[str, Any] | None:
         chosen.sort(key=lambda t: t.index)
         covers = [i for t in chosen for i in turn_node_ids(g, path, t)]
         return {"kind": "snip", "covers": covers, "data": {"turns": [t.start_id for t in chosen]}}
+    if kind == "evidence":
+        answered = [
+            (c, t)
+            for t in removable
+            for i in path.ids[t.start : t.end]
+            for c in g.calls_of(g.nodes[i])
+            if c.kind == "tool" and c.answered and c.id not in proj.evidence
+        ]
+        if not answered:
+            return None
+        tool, turn = draw(st.sampled_from(answered))
+        data = {"turns": [turn.start_id], "toolUseId": tool.tool_use_id, "isError": tool.is_error}
+        return {"kind": "evidence", "covers": [tool.id], "data": {**data, "text": world.uid("e")}}
     if kind == "clear":
         tools = [
             c
@@ -301,7 +322,9 @@ def _record(draw: Any, world: World, kind: str) -> dict[str, Any] | None:
         if not tools:
             return None
         tool = draw(st.sampled_from(tools))
-        return {"kind": "clear", "covers": [tool.id], "data": {"mode": "time"}}
+        # "cache": the provider clears it (and, by its rule, every older compactable use)
+        mode = draw(st.sampled_from(["time", "cache"]))
+        return {"kind": "clear", "covers": [tool.id], "data": {"mode": mode}}
     if kind == "inside":
         return _inside(draw, world, rendered)
     # summary: a prefix of whole removable turns, folding the summary in force
@@ -318,11 +341,18 @@ def _record(draw: Any, world: World, kind: str) -> dict[str, Any] | None:
     upto = draw(st.integers(least, prefix))
     chosen = turns[:upto]
     covers = [i for t in chosen for i in turn_node_ids(g, path, t)]
-    return {
-        "kind": "summary",
-        "covers": covers,
-        "data": {"text": f"summary {world.uid('s')}", "turns": [t.start_id for t in chosen]},
-    }
+    # the images of the range stay after the marker (or, dropped, are named in it)
+    media = list(proj.summary.data.get("media", [])) if proj.summary is not None else []
+    for node_id in covers:
+        node = g.nodes[node_id]
+        source = node.result if node.kind == "tool" else node.content
+        for at, block in enumerate(source if isinstance(source, list) else []):
+            if block.get("type") == "image":
+                media.append({"name": f"image #{len(media) + 1}", "node": node_id, "block": at})
+    data = {"text": f"summary {world.uid('s')}", "turns": [t.start_id for t in chosen]}
+    if media:
+        data |= {"media": media, "mediaDropped": draw(st.booleans())}
+    return {"kind": "summary", "covers": covers, "data": data}
 
 
 def _inside(draw: Any, world: World, rendered: Rendered) -> dict[str, Any] | None:
@@ -391,7 +421,20 @@ def check_branch(world: World, branch: str, fmt: str, action: str) -> Rendered |
     else:
         assert b'"thinking"' not in orjson.dumps(request)
     check_prefix(world, branch, fmt, rendered, action)
+    check_handles(world, branch, rendered)
     return rendered
+
+
+def check_handles(world: World, branch: str, rendered: Rendered) -> None:
+    """Every handle a request shows recalls on its branch (and none shows without recall)."""
+    g = world.graph
+    handles = handles_in(rendered.request["messages"])
+    if not g.config.get("recall"):
+        assert not handles
+        return
+    for handle in sorted(handles):
+        got = recall(g, handle, g.branch_path(branch), 3800)
+        assert got.total_lines >= got.end_line >= got.start_line == 1
 
 
 def _find_text(request: dict[str, Any], text: str) -> tuple[int, int]:
@@ -456,13 +499,14 @@ def check_protected_turns(world: World, branch: str, fmt: str, rendered: Rendere
     saved = g.records
     g.records = keep
     try:
-        baseline = render_request(
-            g,
-            ViewOptions(branch=branch),
-            RequestSpec(format=fmt),
-            policy_from_config(g.config),
-            counter=Counter(),
-        ).request
+        options, spec = ViewOptions(branch=branch), RequestSpec(format=fmt)
+        policy = policy_from_config(g.config)
+        plain = render_request(g, options, spec, policy, counter=Counter())
+        proj = plain.projection
+        if fmt != "anthropic" and proj.server_clears:  # no provider to clear: we do
+            seen = (proj.cache_cleared.keys(), proj.cache_cleared_inputs.keys())
+            plain = render_request(g, options, spec, policy, counter=Counter(), as_seen=seen)
+        baseline = plain.request
     finally:
         g.records = saved
     text = first.content[0]["text"]
@@ -536,9 +580,16 @@ def check_prefix(world: World, branch: str, fmt: str, rendered: Rendered, action
         for rec_id in {r for _turn, r in after - before}:
             assert world.written[rec_id] != branch, f"{rec_id} changed its own branch's past"
         return
-    old, new = stripped(prev.request), stripped(rendered.request)
-    assert {k: v for k, v in old.items() if k != "messages"} == {
-        k: v for k, v in new.items() if k != "messages"
+    # what is sent (the server edit's `keep` counts from the end: it grows with every new
+    # call, which is what holds still what the provider caches) and what the provider caches
+    _check_extends(stripped(prev.request), stripped(rendered.request), {"context_management"})
+    _check_extends(stripped(prev.seen_request), stripped(rendered.seen_request), set())
+
+
+def _check_extends(old: dict[str, Any], new: dict[str, Any], besides: set[str]) -> None:
+    skip = {"messages", *besides}
+    assert {k: v for k, v in old.items() if k not in skip} == {
+        k: v for k, v in new.items() if k not in skip
     }
     om, nm = old["messages"], new["messages"]
     if not om:
@@ -594,7 +645,8 @@ def test_random_sessions_keep_the_invariants(data: st.DataObject) -> None:
     root = Path(tempfile.mkdtemp(prefix="compactd-prop-", dir=FAST_DIR))
     try:
         world = World(root, Engine(Store(root), counter=Counter()))
-        new_session(world.engine, SID)
+        recall = data.draw(st.booleans(), label="recall")  # handles in markers, the tool
+        new_session(world.engine, SID, config=RECALL if recall else None)
         world.engine.append(SID, messages=[_user(data.draw, world)])
         steps = data.draw(st.integers(4, 20), label="steps")
         for _ in range(steps):

@@ -141,6 +141,7 @@ def test_the_seen_render_measures_what_a_full_render_would(engine: Engine) -> No
     the same tally and (when asked) the same request as a render of its own."""
     from compactd.context.render.anthropic import anthropic_tally, to_anthropic
     from compactd.context.render.request import render_request
+    from compactd.context.tiers import microcompact
 
     from .helpers import params
 
@@ -157,7 +158,9 @@ def test_the_seen_render_measures_what_a_full_render_would(engine: Engine) -> No
     assert rendered.server is not None  # the server path is in force
     g = session.graph
     policy = engine.policy(session)
-    alone = render_request(g, p.view, p.spec, policy, as_seen=True)
+    plan = microcompact.server_plan(render_request(g, p.view, p.spec, policy), policy, p.spec)
+    assert plan is not None
+    alone = render_request(g, p.view, p.spec, policy, as_seen=(plan.results, plan.inputs))
     assert rendered.tally.by_category == alone.tally.by_category
     assert rendered.seen_request == alone.request
     common = {"system": "be brief", "tools": None, "response_schema": None}

@@ -19,7 +19,9 @@ from tests.support.invariants import check_anthropic_pairing, recount_anthropic,
 from tests.support.logs import log_bytes  # noqa: F401 (re-exported)
 
 WINDOW = 32_000
-BASE_CONFIG = {"prepareIdleSeconds": 3600}  # no background preparation unless a test wants it
+# no background preparation unless a test wants it; the checkpoint alone (tool evidence, an
+# extra call before it, has its own tests: test_summary_stage.py)
+BASE_CONFIG = {"prepareIdleSeconds": 3600, "evidenceEnabled": False}
 
 
 def big_result(tag: str, chars: int = 6000) -> str:

@@ -89,7 +89,7 @@ def records_of(engine: Engine, sid: str) -> list[str]:
 
 def test_engine_prepare_then_cascade_reuses_it(store: Store) -> None:
     engine = Engine(store, summary_provider="digest")
-    sid = open_engine_session(engine, {"prepareOccupancy": 0.1})
+    sid = open_engine_session(engine, {"prepareOccupancy": 0.1, "evidenceEnabled": False})
     engine.append(sid, messages=sixteen("e"))
     p = params()
     background = Recorder()
@@ -122,7 +122,7 @@ def test_engine_prepare_then_cascade_reuses_it(store: Store) -> None:
 
 def test_engine_prepare_is_skipped_when_not_worth_it(store: Store) -> None:
     engine = Engine(store, summary_provider="digest")
-    sid = open_engine_session(engine)  # default occupancy: 70 %
+    sid = open_engine_session(engine)  # default occupancy: 80 %
     engine.append(sid, messages=sixteen("w"))
     assert engine.prepare(sid, params()) is None
     no_provider = Engine(store)

@@ -61,7 +61,8 @@ def manual(engine: Engine, sid: str, answer: Any = None) -> tuple[Recorder, Any]
 
 @pytest.fixture
 def digest_engine(store: Any) -> Engine:
-    return Engine(store, summary_provider="digest")
+    # the checkpoint alone: tool evidence has its own tests (test_summary_stage.py)
+    return Engine(store, summary_provider="digest", defaults={"evidenceEnabled": False})
 
 
 def test_the_latest_two_complete_turns_and_the_active_one_stay(digest_engine: Engine) -> None:

@@ -276,6 +276,18 @@ _SHORTHANDS: dict[str, Any] = {
 
 
 @dataclass
+class Hold:
+    """A gate one /v1/messages request waits at: `arrived` is set when the request reached
+    it, `release()` lets it go on to its scripted reply."""
+
+    arrived: threading.Event = field(default_factory=threading.Event)
+    released: threading.Event = field(default_factory=threading.Event)
+
+    def release(self) -> None:
+        self.released.set()
+
+
+@dataclass
 class RecordedRequest:
     """One request as the fake saw it, for assertions."""
 
@@ -703,6 +715,7 @@ class FakeAnthropic:
         self._ids = itertools.count(1)
         self._message_ids = itertools.count(1)
         self._stopping = threading.Event()
+        self._holds: deque[Hold] = deque()
         self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -760,6 +773,14 @@ class FakeAnthropic:
             for reply in replies:
                 self._count_queue.extend([reply] * times)
 
+    def hold(self) -> Hold:
+        """Make the next /v1/messages request wait until the returned `Hold` is released (or
+        the server stops): a test sees a summary in flight without timing anything."""
+        gate = Hold()
+        with self._lock:
+            self._holds.append(gate)
+        return gate
+
     def pending(self) -> int:
         """Scripted /v1/messages replies not yet consumed."""
         with self._lock:
@@ -789,6 +810,9 @@ class FakeAnthropic:
             self._messages_queue.clear()
             self._count_queue.clear()
             self._requests.clear()
+            holds, self._holds = list(self._holds), deque()
+        for gate in holds:
+            gate.release()
 
     # -- inspection --------------------------------------------------------------------------
 
@@ -875,6 +899,13 @@ class FakeAnthropic:
         if request.endpoint == "count_tokens":
             self._answer_count(handler, request_id, body, self._next(self._count_queue, count=True))
         else:
+            with self._lock:
+                gate = self._holds.popleft() if self._holds else None
+            if gate is not None:
+                gate.arrived.set()
+                while not gate.released.wait(0.05):
+                    if self._stopping.is_set():
+                        return
             self._answer_message(handler, request_id, body, self._next(self._messages_queue))
 
     def _next(self, queue: deque[Reply], *, count: bool = False) -> Reply:

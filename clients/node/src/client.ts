@@ -40,6 +40,8 @@ import {
   type OpenParams,
   type OpenResult,
   type ParamsOf,
+  type RecallParams,
+  type RecallResult,
   type RenderParams,
   type ReplayParams,
   type RenderResult,
@@ -109,6 +111,30 @@ const CONNECTION_CODES: ReadonlySet<number> = new Set([
   RpcCodes.MessageWriteError,
 ]);
 
+/** The model's `compactd_recall` call, as an Anthropic `tool_use` block. */
+export interface RecallToolUse {
+  id: string;
+  name?: string;
+  input?: { handle?: unknown; startLine?: number | null; endLine?: number | null };
+}
+
+/** The `tool_result` block `answerRecall` gives back, ready to append. */
+export interface RecallToolResult {
+  type: "tool_result";
+  tool_use_id: string;
+  content: string;
+  is_error?: true;
+}
+
+/** A recalled page as the model reads it; a cut page says where to continue. */
+export function recallText(got: RecallResult): string {
+  if (!got.truncated) return got.text;
+  return (
+    `${got.text}\n[compactd: lines ${got.startLine}–${got.endLine} of ${got.totalLines}; ` +
+    `call compactd_recall with startLine=${got.endLine + 1} for more]`
+  );
+}
+
 /**
  * Which client method calls each RPC method. Typed against the generated method names, so
  * the build fails when the schema gains a method this client does not offer.
@@ -129,6 +155,7 @@ export const CLIENT_METHODS = {
   "context/compact": "compact",
   "context/snip": "snip",
   "context/uncollapse": "uncollapse",
+  "context/recall": "recall",
   "context/reportUsage": "reportUsage",
   "daemon/status": "status",
   "session/replay": "replay",
@@ -370,6 +397,32 @@ export class CompactdClient {
 
   uncollapse(params: UncollapseParams, token?: CancellationToken): Promise<UncollapseResult> {
     return this.request("context/uncollapse", params, token);
+  }
+
+  /** Lines of what a recall handle (named in a marker of a `recall: true` render) stands for. */
+  recall(params: RecallParams, token?: CancellationToken): Promise<RecallResult> {
+    return this.request("context/recall", params, token);
+  }
+
+  /**
+   * The `tool_result` block answering the model's `compactd_recall` call, in one line: the
+   * recalled lines, with a note on where to continue when the page was cut. A bad handle or
+   * line is the model's mistake, so it comes back as an error result the model can read.
+   */
+  async answerRecall(sessionId: string, toolUse: RecallToolUse): Promise<RecallToolResult> {
+    const input = toolUse.input ?? {};
+    try {
+      const got = await this.recall({
+        sessionId,
+        handle: String(input.handle ?? ""),
+        startLine: input.startLine ?? null,
+        endLine: input.endLine ?? null,
+      });
+      return { type: "tool_result", tool_use_id: toolUse.id, content: recallText(got) };
+    } catch (error) {
+      if (!(error instanceof CompactdError) || CONNECTION_CODES.has(error.code)) throw error;
+      return { type: "tool_result", tool_use_id: toolUse.id, content: error.message, is_error: true };
+    }
   }
 
   /** What the provider said about the last request: usage, applied edits, or its error. */

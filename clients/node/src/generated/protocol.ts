@@ -188,6 +188,26 @@ export interface ProviderError {
   message: string;
 }
 
+/** Answer the model's `compactd_recall` call: lines of what a handle in a rendered marker stands for, at most `recallMaxChars` characters of whole lines. */
+export interface RecallParams {
+  sessionId: string;
+  handle: string;
+  /** Default: `null` (may be omitted). */
+  startLine?: number | null;
+  /** Default: `null` (may be omitted). */
+  endLine?: number | null;
+  /** Default: `null` (may be omitted). */
+  branch?: string | null;
+}
+
+export interface RecallResult {
+  text: string;
+  totalLines: number;
+  startLine: number;
+  endLine: number;
+  truncated: boolean;
+}
+
 /** Render the context for the next model request (with `cascade`, compacting first). */
 export interface RenderParams {
   sessionId: string;
@@ -225,6 +245,10 @@ export interface RenderParams {
   overflow?: ProviderError | null;
   /** Default: `null` (may be omitted). */
   workDoneToken?: string | null;
+  /** Default: `null` (may be omitted). */
+  recall?: boolean | null;
+  /** Default: `null` (may be omitted). */
+  fallbackModels?: string[] | null;
 }
 
 export interface RenderResult {
@@ -398,6 +422,7 @@ export interface Methods {
   "context/compact": { params: CompactParams; result: CompactResult };
   "context/snip": { params: SnipParams; result: SnipResult };
   "context/uncollapse": { params: UncollapseParams; result: UncollapseResult };
+  "context/recall": { params: RecallParams; result: RecallResult };
   "context/reportUsage": { params: ReportUsageParams; result: ReportUsageResult };
   "daemon/status": { params: StatusParams; result: StatusResult };
   "session/replay": { params: ReplayParams; result: JsonObject };
@@ -422,6 +447,7 @@ export const METHOD_NAMES = [
   "context/compact",
   "context/snip",
   "context/uncollapse",
+  "context/recall",
   "context/reportUsage",
   "daemon/status",
   "session/replay",
@@ -461,6 +487,8 @@ export const ERROR_CODES = {
   unknown_node: 4005,
   /** The session has no branch with that name. */
   unknown_branch: 4006,
+  /** No recall handle of that name on this session's branch. */
+  unknown_handle: 4007,
   /** The input would make the graph invalid. */
   invalid_graph: 4010,
   /** A tool result does not match exactly one open tool call. */
@@ -491,6 +519,7 @@ export const ERROR_DESCRIPTIONS: { readonly [K in ErrorKind]: string } = {
   unknown_session: "No session with that id exists in the data dir.",
   unknown_node: "The session has no node with that id.",
   unknown_branch: "The session has no branch with that name.",
+  unknown_handle: "No recall handle of that name on this session's branch.",
   invalid_graph: "The input would make the graph invalid.",
   invalid_pairing: "A tool result does not match exactly one open tool call.",
   invalid_content: "A message or content block is malformed.",

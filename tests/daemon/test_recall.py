@@ -1,0 +1,289 @@
+"""Recall through the real daemon (issue 12): every marker names a handle, and
+`context/recall` with that handle gives back what the marker stands for."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from compactd.clients.client import CompactdClient, RpcError
+from compactd.context.policy import CLEARED_PLACEHOLDER
+
+from tests.support.invariants import (
+    check_anthropic_pairing,
+    check_openai_pairing,
+    strip_cache_control,
+)
+
+from .conftest import running
+from .convo import all_text, assistant, filler, tool_results, tool_turns, tool_use, user
+from .wire import log_bytes
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+HANDLE = re.compile(r"recall:[A-Za-z0-9_.-]+")
+CUT = re.compile(r"\(lines (\d+)–(\d+) of (\d+) omitted\) truncated by compactd; compactd_recall")
+BIG = 20_000
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("recall") / "data"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def client(data_dir: Path) -> AsyncIterator[CompactdClient]:
+    async with running(data_dir, "--summary-provider", "digest") as c:
+        yield c
+
+
+def numbered(tag: str, lines: int) -> str:
+    """A file of `lines` lines, each naming its number (so a line shows where it came from)."""
+    return "".join(f"{tag} line {i}: def f{i}(x): return x + {i}\n" for i in range(1, lines + 1))
+
+
+async def read_all(client: CompactdClient, sid: str, handle: str, start: int, end: int) -> str:
+    """Lines `start..end` of a handle, page by page (each page is bounded)."""
+    pages = []
+    while start <= end:
+        got = await client.recall(sid, handle, start, end)
+        assert got.start_line == start and got.end_line <= end
+        assert len(got.text) <= 3800  # recallMaxChars
+        pages.append(got.text)
+        if not got.truncated:
+            assert got.end_line == end
+            break
+        start = got.end_line + 1
+    return "\n".join(pages)
+
+
+def said(request: dict[str, Any]) -> str:
+    """Every string of a request's messages (not its tool definitions)."""
+    return all_text({"messages": request["messages"]})
+
+
+def lines_of(text: str, start: int, end: int) -> str:
+    return "\n".join(text.split("\n")[start - 1 : end])
+
+
+def results_of(request: dict[str, Any]) -> list[Any]:
+    return [
+        b["content"]
+        for m in request["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    ]
+
+
+async def test_a_cut_result_names_a_handle_that_returns_the_cut_lines(
+    client: CompactdClient, data_dir: Path
+) -> None:
+    sid = "r-cut"
+    original = numbered("big", 500)
+    assert len(original) > BIG
+    await client.open_session(sid)
+    await client.append(
+        sid,
+        [
+            user("read the big file"),
+            assistant("reading", tool_use("t1", "Read", file_path="big.py")),
+            tool_results(("t1", original)),
+            assistant("read it"),
+        ],
+    )
+    plain = await client.render(sid)
+    assert "recall:" not in all_text(plain.request) and "tools" not in plain.request
+    rendered = await client.render(sid, recall=True)
+    check_anthropic_pairing(rendered.request)
+    assert [t["name"] for t in rendered.request["tools"]] == ["compactd_recall"]
+    (content,) = results_of(rendered.request)
+    assert len(content) < 4200
+    (handle,) = HANDLE.findall(content)
+    first, last, total = (int(g) for g in CUT.search(content).groups())  # type: ignore[union-attr]
+    assert total == 500 and 1 < first < last < total
+    assert "big line 250:" not in content  # the middle is cut …
+    recalled = await read_all(client, sid, handle, first, last)
+    assert recalled == lines_of(original, first, last)  # … and comes back, every line
+    assert "big line 250: def f250(x)" in recalled
+    whole = await client.recall(sid, handle)  # no lines: from the first, one page
+    assert whole.start_line == 1 and whole.total_lines == 500 and whole.truncated is True
+    assert original.startswith(whole.text)
+    # the same handle on every render (the cached prefix stays byte-stable)
+    again = await client.render(sid, recall=True)
+    assert again.request == rendered.request
+    measured = await client.measure(sid, recall=True)
+    assert measured.total == rendered.tokens["total"]
+    openai = await client.render(sid, recall=True, format="openai")
+    check_openai_pairing(openai.request)
+    assert [t["function"]["name"] for t in openai.request["tools"]] == ["compactd_recall"]
+    assert handle in said(openai.request)
+
+
+async def test_the_session_config_turns_recall_on(client: CompactdClient) -> None:
+    sid = "r-config"
+    await client.open_session(sid, config={"recall": True, "recallMaxChars": 500})
+    await client.append(
+        sid,
+        [
+            user("read"),
+            assistant("reading", tool_use("c1", "Read", file_path="c.py")),
+            tool_results(("c1", numbered("cfg", 400))),
+        ],
+    )
+    rendered = await client.render(sid)
+    (handle,) = HANDLE.findall(said(rendered.request))
+    got = await client.recall(sid, handle, 10, 300)
+    assert got.truncated is True and len(got.text) <= 500
+    assert got.text.startswith("cfg line 10:")
+    assert "recall:" not in said((await client.render(sid, recall=False)).request)
+    for bad in ({"recall": "yes"}, {"recallMaxChars": "many"}):
+        with pytest.raises(RpcError) as caught:
+            await client.open_session("r-config-bad", config=bad)
+        assert caught.value.kind == "invalid_config"
+
+
+async def test_a_result_cleared_by_tier_1_comes_back(client: CompactdClient) -> None:
+    """The time path (the issue's subject: on the server path the provider writes its own
+    placeholder, which compactd does not render)."""
+    sid = "r-clear"
+    config = {"cascadeTarget": 0.85, "recall": True, "microcompactMode": "time"}
+    await client.open_session(sid, config=config)
+    await client.append(sid, tool_turns("cl", 8, 2000))
+    full = (await client.measure(sid)).total
+    rendered = await client.render(sid, cascade=True, window=full + 600, max_output_tokens=500)
+    assert [e["tier"] for e in rendered.events if e["applied"]] == ["microcompact"]
+    cleared = [c for c in results_of(rendered.request) if "cleared by compactd" in c]
+    assert len(cleared) == 3 and CLEARED_PLACEHOLDER not in said(rendered.request)
+    (handle,) = HANDLE.findall(cleared[0])
+    got = await client.recall(sid, handle)
+    assert got.text == filler("cl-0", 2000).rstrip("\n") and got.truncated is False
+    openai = await client.render(sid, format="openai", window=full + 600, max_output_tokens=500)
+    assert handle in said(openai.request)
+
+
+async def test_snipped_turns_name_their_results(client: CompactdClient) -> None:
+    sid = "r-snip"
+    await client.open_session(sid, config={"recall": True})
+    await client.append(sid, tool_turns("sn", 6, 1500, "Deploy"))
+    before = await client.measure(sid)
+    snipped = await client.snip(sid, target_tokens=before.total // 2)
+    assert snipped.applied is True
+    text = said((await client.render(sid)).request)
+    handles = HANDLE.findall(text[text.index("removed here") :])
+    assert len(handles) == snipped.removed_turns
+    assert "Deploy src/sn_1.py" in text and filler("sn-1", 1500)[:100] not in text
+    got = await client.recall(sid, handles[0])
+    assert got.text == filler("sn-1", 1500).rstrip("\n")
+
+
+async def test_a_summarized_range_names_its_results(client: CompactdClient) -> None:
+    sid = "r-summary"
+    await client.open_session(sid, config={"recall": True})
+    await client.append(sid, tool_turns("su", 6, 1500, "Deploy"))
+    assert (await client.compact(sid)).applied is True
+    request = (await client.render(sid)).request
+    check_anthropic_pairing(request)
+    text = said(request)
+    assert filler("su-0", 1500)[:200] not in text
+    start = text.index("[compactd_recall returns the tool results of these turns by handle]")
+    handles = HANDLE.findall(text[start:])
+    assert handles
+    got = await client.recall(sid, handles[0])
+    assert got.text == filler("su-0", 1500).rstrip("\n")
+
+
+async def test_unknown_and_foreign_handles_are_errors_that_write_nothing(
+    client: CompactdClient, data_dir: Path
+) -> None:
+    await client.open_session("r-mine")
+    await client.append(
+        "r-mine",
+        [
+            user("read"),
+            assistant("reading", tool_use("m1", "Read")),
+            tool_results(("m1", numbered("mine", 400))),
+        ],
+    )
+    (theirs,) = HANDLE.findall(said((await client.render("r-cut", recall=True)).request))
+    before = log_bytes(data_dir, "r-mine")  # the file, or the events in the database
+    for bad in ("recall:n999.0a1b2c3d", "recall:nope", "n1", theirs):
+        with pytest.raises(RpcError) as caught:
+            await client.recall("r-mine", bad)
+        assert caught.value.code == 4007 and caught.value.kind == "unknown_handle", bad
+    (mine,) = HANDLE.findall(said((await client.render("r-mine", recall=True)).request))
+    with pytest.raises(RpcError) as caught:
+        await client.recall("r-mine", mine, 401)
+    assert caught.value.kind == "invalid_content"
+    answer = await client.answer_recall(
+        "r-mine", {"id": "x", "name": "compactd_recall", "input": {"handle": theirs}}
+    )
+    assert answer["is_error"] is True and "does not belong" in answer["content"]
+    assert log_bytes(data_dir, "r-mine") == before  # a refusal writes nothing
+
+
+async def test_a_handle_from_another_branch_is_refused(client: CompactdClient) -> None:
+    sid = "r-branch"
+    await client.open_session(sid)
+    head = await client.append(sid, [user("start"), assistant("ok")])
+    await client.append(
+        sid,
+        [
+            user("read"),
+            assistant("reading", tool_use("b1", "Read")),
+            tool_results(("b1", numbered("branch", 400))),
+        ],
+    )
+    (handle,) = HANDLE.findall(said((await client.render(sid, recall=True)).request))
+    await client.branch(sid, "other", head.head)
+    await client.checkout(sid, "other")
+    with pytest.raises(RpcError) as caught:
+        await client.recall(sid, handle)
+    assert caught.value.kind == "unknown_handle"
+    assert (await client.recall(sid, handle, branch="main")).total_lines == 400
+
+
+async def test_an_agent_loop_recalls_the_cut_lines(client: CompactdClient) -> None:
+    """A scripted model reads a big file, sees the cut, recalls the lines it needs; the next
+    request holds them and everything before is the previous request, unchanged."""
+    sid = "r-loop"
+    await client.open_session(sid)
+    await client.append(sid, [user("find f250 in big.py and tell me what it returns")])
+    big = numbered("loop", 400)
+    requests: list[dict[str, Any]] = []
+    for step in range(4):
+        out = await client.render(sid, recall=True, cascade=True, system="agent")
+        requests.append(out.request)
+        last = out.request["messages"][-1]
+        if step == 0:
+            reply = assistant("reading", tool_use("l1", "Read", file_path="big.py"))
+        elif step == 1:  # the model reads the marker and asks for the lines it lacks
+            content = results_of(out.request)[-1]
+            (handle,) = HANDLE.findall(content)
+            reply = assistant(
+                "recalling",
+                tool_use("l2", "compactd_recall", handle=handle, startLine=248, endLine=252),
+            )
+        elif step == 2:
+            assert "loop line 250: def f250(x): return x + 250" in all_text(last)
+            reply = assistant("f250 returns x + 250")
+        else:
+            break
+        await client.append(sid, [reply])
+        for block in reply["content"]:
+            if block.get("type") != "tool_use":
+                continue
+            if block["name"] == "compactd_recall":
+                answer = await client.answer_recall(sid, block)
+                assert "is_error" not in answer
+                await client.append(sid, [{"role": "user", "content": [answer]}])
+            else:
+                await client.append(sid, [tool_results((block["id"], big))])
+    before, after = (strip_cache_control(r) for r in requests[1:3])
+    assert after["messages"][: len(before["messages"])] == before["messages"]
+    assert after["tools"] == before["tools"] and after["system"] == before["system"]
+    assert "loop line 250:" not in said(before)
