@@ -19,7 +19,7 @@ from .decompose import from_anthropic, from_nodes, from_openai
 from .errors import InvalidContent
 from .graph import Graph, Node, Record
 from .policy import Policy, policy_from_config
-from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE
+from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE, project
 from .render.request import Rendered, RenderParams, render_request
 from .session import UNSET, AppendResult, Library, Session
 from .store import Store
@@ -224,10 +224,13 @@ class Engine:
         *,
         extra_records: list[Record] | None = None,
         calibration: Calibration | None = None,
+        unchanged_from: Rendered | None = None,
     ) -> Rendered:
         """The one render of a session: the request to send, measured as the model will see
         it — after Tier 1's server-side clears, whose edit it carries (`extra_records`: drafts
-        a cascade run is trying)."""
+        a cascade run is trying). `unchanged_from`: a render of the same request whose drafts
+        differ from these only by server-side clears — what is sent is the same, only what
+        the model sees is measured again (a cascade's Tier 1 pass does not walk it twice)."""
         policy = self.policy(session)
         cal = calibration if calibration is not None else self.calibration(session)
 
@@ -247,7 +250,9 @@ class Engine:
                 sent=sent,
             )
 
-        rendered = render()
+        rendered = self._sent_again(session, params, policy, cal, unchanged_from, extra_records)
+        if rendered is None:
+            rendered = render()
         proj = rendered.projection
         if not proj.server_clears:
             return rendered
@@ -261,6 +266,27 @@ class Engine:
             return rendered
         seen = render((plan.results, plan.inputs), rendered)
         return microcompact.server_edit(rendered, seen, plan, policy)
+
+    def _sent_again(
+        self,
+        session: Session,
+        params: RenderParams,
+        policy: Policy,
+        cal: Calibration,
+        prior: Rendered | None,
+        extra_records: list[Record] | None,
+    ) -> Rendered | None:
+        """`prior`'s request as sent, with the projection of these drafts (the same request:
+        server-side clears change nothing that is sent); None when it cannot be reused."""
+        if prior is None or not microcompact.server_path(policy, params.spec):
+            return None
+        sent = prior.server.sent if prior.server is not None else prior
+        if sent is None or sent.server is not None or params.spec.fallback_models:
+            return None
+        if sent.ratio != cal.ratio(params.spec.model):
+            return None
+        proj = project(session.graph, sent.view.own, extra_records)
+        return attrs.evolve(sent, projection=proj)
 
     def cascade(
         self,

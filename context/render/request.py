@@ -86,6 +86,7 @@ class ServerEdit:
     build_seen: Callable[[], dict[str, Any]]
     sent_estimate: int  # our count of the request as sent, before the provider clears
     headers: dict[str, str]  # HTTP headers the request needs (the context-management beta)
+    sent: Rendered | None = None  # the render of the request as sent
     _seen: dict[str, Any] | None = None
 
     @property

@@ -243,6 +243,7 @@ def server_edit(sent: Rendered, seen: Rendered, plan: ServerPlan, policy: Policy
     }
     seen.server = ServerEdit(
         build_seen=seen.request_builder(),
+        sent=sent,
         sent_estimate=sent.tally.prompt,
         headers={"anthropic-beta": CONTEXT_MANAGEMENT_BETA},
     )
