@@ -29,9 +29,10 @@ test: $(STAMP)
 	COMPACTD_TEST_STORE=postgres $(BIN)/python -m pytest -q tests/daemon
 	@if [ -d clients/node ]; then $(MAKE) --no-print-directory node-test; fi
 
+## the extension's node_modules first: the Node tests package it with its own vsce
 node-test: $(STAMP)
-	cd clients/node && npm ci --no-audit --no-fund --loglevel=error && npm test
 	@if [ -d clients/vscode ]; then cd clients/vscode && npm ci --no-audit --no-fund --loglevel=error && npm run build; fi
+	cd clients/node && npm ci --no-audit --no-fund --loglevel=error && npm test
 
 lint: $(STAMP)
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -1,23 +1,82 @@
 """The `compactd` command's client side. Every subcommand but `serve` and `schema` talks to a
 daemon it spawns, through the Python client over stdio — so the CLI exercises the real
-protocol. `compactd.main` routes `serve` to the daemon; this module imports only `protocol`."""
+protocol. `compactd.main` routes `serve` to the daemon; this module imports only `protocol`.
+
+One set of global options works before or after the command (`--summary-provider`, `--set`,
+`--config`, `--data-dir`, `-v`, `-q`), and options and free text mix in any order. Exit codes:
+0 done, 1 done but not good (over the limit, nothing compacted, summaries failed), 2 an error
+(bad input, unknown session, bad config), 3 the daemon died, 130 interrupted.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import datetime as dt
+import importlib.metadata
+import os
 import sys
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
 from rich.console import Console
+from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from ..protocol.convert import unstructure
 from .client import CompactdClient, RpcError
 from .panel import build_panel
 
 Command = Callable[[argparse.Namespace, CompactdClient], Awaitable[int]]
+
+EXIT_OK, EXIT_NOT_GOOD, EXIT_ERROR, EXIT_DAEMON, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+PROVIDERS = ("anthropic", "client", "digest")
+# global options that take a value (to find the command word among the arguments)
+VALUE_OPTIONS = ("--data-dir", "--summary-provider", "--summary-model", "--set", "--config")
+GLOBAL_DEFAULTS: dict[str, Any] = {
+    "data_dir": None,
+    "summary_provider": None,
+    "summary_model": None,
+    "set": [],
+    "config": None,
+    "verbose": 0,
+    "quiet": False,
+    "color": None,
+}
+SHOWN_WARNINGS = 5
+
+
+class UsageError(Exception):
+    """A mistake in the command line the parser could not see (a bad `--config`, an unknown
+    session prefix): printed as one line, exit 2."""
+
+
+# ---- output helpers ---------------------------------------------------------------------------
+
+
+def _err(ns: argparse.Namespace) -> Console:
+    return Console(stderr=True, force_terminal=ns.color, highlight=False, soft_wrap=True)
+
+
+def _warn(ns: argparse.Namespace, warnings: list[str], always: bool = False) -> None:
+    """Warnings on stderr: the first few unless `-v`, none with `-q` (unless `always`)."""
+    if ns.quiet and not always:
+        return
+    shown = warnings if ns.verbose else warnings[:SHOWN_WARNINGS]
+    console = _err(ns)
+    for warning in shown:
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+    if len(shown) < len(warnings):
+        console.print(f"… {len(warnings) - len(shown)} more warning(s) (-v shows them)")
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
 def _budget(ns: argparse.Namespace) -> dict[str, Any]:
@@ -29,59 +88,128 @@ def _budget(ns: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _print_json(value: Any) -> None:
-    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+@contextlib.asynccontextmanager
+async def daemon_progress(
+    ns: argparse.Namespace, client: CompactdClient, what: str
+) -> AsyncIterator[str | None]:
+    """A work-done token for one call, and a rich spinner on stderr fed by the daemon's
+    `$/progress` for it (`None`, and nothing shown, with `-q`)."""
+    console = _err(ns)
+    if ns.quiet or not console.is_terminal:  # a log or a pipe gets no spinner frames
+        yield None
+        return
+    token = f"cli-{uuid.uuid4().hex[:12]}"
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(what, total=None)
+
+        def on_progress(params: dict[str, Any]) -> None:
+            if params.get("token") != token:
+                return
+            value = params.get("value") or {}
+            text = value.get("message") or value.get("title")
+            if text and value.get("kind") != "end":
+                bar.update(task, description=f"{what}: {escape(str(text))}")
+
+        client.on_notification("$/progress", on_progress)
+        yield token
+
+
+# ---- commands ---------------------------------------------------------------------------------
 
 
 async def cmd_import(ns: argparse.Namespace, client: CompactdClient) -> int:
-    result = await client.import_transcript(ns.path)
+    async with daemon_progress(ns, client, f"importing {Path(ns.path).name}") as token:
+        result = await client.import_transcript(ns.path, new=ns.new, work_done_token=token)
     for sid in result.session_ids:
         print(sid)
-    for warning in result.warnings if ns.verbose else []:
-        print(f"warning: {warning}", file=sys.stderr)
-    return 0
+    if result.existing:
+        _err(ns).print(
+            f"already imported: {', '.join(result.existing)} (pass --new to import it again)"
+        )
+    empty = [w for w in result.warnings if "the session is empty" in w]
+    _warn(ns, [w for w in result.warnings if w not in empty])
+    _warn(ns, empty, always=True)
+    return EXIT_OK
 
 
 async def cmd_sessions(ns: argparse.Namespace, client: CompactdClient) -> int:
-    result = await client.list_sessions()
+    result = await client.list_sessions()  # the daemon sorts newest first
     if ns.json:
         _print_json(unstructure(result))
-        return 0
+        return EXIT_OK
+    if not result.sessions:
+        _err(ns).print("no sessions yet: `compactd import TRANSCRIPT` makes one")
+        return EXIT_OK
+    table = Table("session", "source", "title", "turns", "tokens", "modified", box=None)
     for info in result.sessions:
-        print(f"{info.session_id}\t{info.size_bytes:,} bytes")
-    return 0
+        title = info.title or ""
+        table.add_row(
+            info.session_id,
+            info.source or "live",
+            escape(title if len(title) <= 48 else title[:47] + "…"),
+            str(info.turns),
+            f"{info.tokens:,}",
+            dt.datetime.fromtimestamp(info.modified).strftime("%Y-%m-%d %H:%M"),
+        )
+    Console(force_terminal=ns.color, width=max(140, Console().width)).print(table)
+    return EXIT_OK
 
 
 async def cmd_context(ns: argparse.Namespace, client: CompactdClient) -> int:
     measure = await client.measure(ns.session, branch=ns.branch, **_budget(ns))
+    _warn(ns, measure.warnings, always=True)
     data = unstructure(measure)
     if ns.json:
         _print_json(data)
-        return 0
+        return EXIT_OK
     Console(force_terminal=ns.color).print(build_panel(data, title=f"Context of {ns.session}"))
-    return 0
+    return EXIT_OK
 
 
 async def cmd_render(ns: argparse.Namespace, client: CompactdClient) -> int:
-    result = await client.render(
-        ns.session, branch=ns.branch, format=ns.format, cascade=ns.cascade, **_budget(ns)
-    )
-    if ns.json:
-        _print_json({"request": result.request, "tokens": result.tokens, "events": result.events})
-        return 0
-    tokens = result.tokens
-    print(
-        f"{len(result.request.get('messages', []))} messages, {tokens['total']:,} tokens of "
-        f"{tokens['limit']:,} ({tokens['window']:,} window − {tokens['outputReserve']:,} "
-        "output reserve)"
-    )
-    for event in result.events:
-        mark = "✓" if event["applied"] else "·"
-        print(
-            f"{mark} {event['tier']}: {event['reason']} "
-            f"({event['tokensBefore']:,} → {event['tokensAfter']:,})"
+    async with daemon_progress(ns, client, "rendering") as token:
+        result = await client.render(
+            ns.session,
+            branch=ns.branch,
+            format=ns.format,
+            cascade=ns.cascade,
+            work_done_token=token if ns.cascade else None,
+            **_budget(ns),
         )
-    return 0
+    _warn(ns, result.warnings, always=True)
+    tokens = result.tokens
+    if ns.json:
+        _print_json(unstructure(result))
+    else:
+        print(
+            f"{len(result.request.get('messages', []))} messages, {tokens.total:,} tokens of "
+            f"{tokens.limit:,} ({tokens.window:,} window − {tokens.output_reserve:,} "
+            "output reserve)"
+        )
+        for event in result.events:
+            mark = "✓" if event.applied else "·"
+            print(
+                f"{mark} {event.tier}: {event.reason} "
+                f"({event.tokens_before:,} → {event.tokens_after:,})"
+            )
+    if tokens.total > tokens.limit:
+        _warn(
+            ns,
+            [
+                f"the request is {tokens.total:,} tokens, over the limit of {tokens.limit:,} "
+                f"({tokens.total / tokens.limit:.0%}); "
+                + ("the cascade could not fit it" if ns.cascade else "--cascade compacts it")
+            ],
+            always=True,
+        )
+        return EXIT_NOT_GOOD
+    return EXIT_OK
 
 
 async def cmd_snip(ns: argparse.Namespace, client: CompactdClient) -> int:
@@ -93,12 +221,15 @@ async def cmd_snip(ns: argparse.Namespace, client: CompactdClient) -> int:
             f"{'snipped' if result.applied else 'nothing snipped'}: {result.reason} "
             f"({result.tokens_before:,} → {result.tokens_after:,} tokens)"
         )
-    return 0
+    return EXIT_OK
 
 
 async def cmd_compact(ns: argparse.Namespace, client: CompactdClient) -> int:
     instructions = " ".join(ns.instructions) or None
-    result = await client.compact(ns.session, instructions, branch=ns.branch, **_budget(ns))
+    async with daemon_progress(ns, client, "compacting") as token:
+        result = await client.compact(
+            ns.session, instructions, branch=ns.branch, work_done_token=token, **_budget(ns)
+        )
     if ns.json:
         _print_json(unstructure(result))
     else:
@@ -106,13 +237,14 @@ async def cmd_compact(ns: argparse.Namespace, client: CompactdClient) -> int:
             f"{'compacted' if result.applied else 'not compacted'}: {result.reason} "
             f"({result.tokens_before:,} → {result.tokens_after:,} tokens)"
         )
-    return 0 if result.applied else 1
+    return EXIT_OK if result.applied else EXIT_NOT_GOOD
 
 
 async def cmd_demo(ns: argparse.Namespace, client: CompactdClient) -> int:
     """`make run`: import a real transcript through the daemon, show its panel, then what the
     cascade does to it in a smaller window."""
-    result = await client.import_transcript(ns.path)
+    async with daemon_progress(ns, client, f"importing {Path(ns.path).name}") as token:
+        result = await client.import_transcript(ns.path, work_done_token=token)
     console = Console(force_terminal=ns.color)
     for sid in result.session_ids:
         measure = await client.measure(sid, window=ns.window)
@@ -121,124 +253,18 @@ async def cmd_demo(ns: argparse.Namespace, client: CompactdClient) -> int:
             out = await client.render(sid, window=ns.then_window, cascade=True)
             console.print(f"\n[bold]The next request at a {ns.then_window:,}-token window[/bold]")
             for event in out.events:
-                mark = "✓" if event["applied"] else "·"
-                console.print(f" {mark} {event['tier']}: {event['reason']}")
+                mark = "✓" if event.applied else "·"
+                console.print(f" {mark} {event.tier}: {escape(event.reason)}")
             after = await client.measure(sid, window=ns.then_window)
             console.print(build_panel(unstructure(after), title=f"Session {sid} after the cascade"))
-    return 0
+    return EXIT_OK
 
 
 async def cmd_replay(ns: argparse.Namespace, client: CompactdClient) -> int:
     from .replay import run_replay
 
-    return await run_replay(ns, client)
-
-
-def _session_args(p: argparse.ArgumentParser, budget: bool = True) -> None:
-    p.add_argument("session")
-    p.add_argument("--branch")
-    if budget:
-        p.add_argument("--model")
-        p.add_argument("--window", type=int)
-        p.add_argument("--max-output-tokens", type=int, dest="max_output_tokens")
-    p.add_argument("--json", action="store_true")
-
-
-def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--idle-seconds",
-        type=float,
-        default=None,
-        help="idle threshold for sessions without their own (default 5400)",
-    )
-    parser.add_argument(
-        "--idle-check-seconds", type=float, default=30.0, help="how often idle timers are checked"
-    )
-    parser.add_argument(
-        "--summary-provider",
-        choices=("anthropic", "client", "digest"),
-        default=None,
-        help="summary provider (default: $COMPACTD_SUMMARY_PROVIDER, else none)",
-    )
-    parser.add_argument(
-        "--store",
-        default=None,
-        help="where sessions live for a fleet of daemons: postgresql://… (default "
-        "$COMPACTD_STORE, else the files in the data dir)",
-    )
-    parser.add_argument("--summary-model", default=None)
-    parser.add_argument("--summarize-timeout", type=float, default=120.0)
-    parser.add_argument(
-        "--no-watch",
-        action="store_true",
-        help="do not watch the data dir for other daemons' appends",
-    )
-    parser.add_argument(
-        "--log-level",
-        default=None,
-        help="daemon log level on stderr (default $COMPACTD_LOG_LEVEL or WARNING)",
-    )
-
-
-def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="compactd", description=__doc__)
-    top.add_argument(
-        "--data-dir",
-        help="where sessions live (default $COMPACTD_DATA_DIR or the platform's user data dir)",
-    )
-    top.add_argument(
-        "--color",
-        action="store_true",
-        default=None,
-        help="force colour even when not on a terminal",
-    )
-    sub = top.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the daemon on stdio (JSON-RPC, LSP framing)")
-    add_serve_arguments(serve)
-    sub.add_parser("schema", help="print the JSON Schema of the RPC surface")
-    p = sub.add_parser(
-        "migrate",
-        help="copy the data dir's sessions into a store (--to URL) or back (--from URL); "
-        "idempotent, verified by event counts and hashes",
-    )
-    way = p.add_mutually_exclusive_group(required=True)
-    way.add_argument("--to", metavar="URL", help="postgresql://… to copy the data dir into")
-    way.add_argument("--from", dest="from_", metavar="URL", help="postgresql://… to copy from")
-    p = sub.add_parser("import", help="import a transcript; prints the new session ids")
-    p.add_argument("path")
-    p.add_argument("-v", "--verbose", action="store_true")
-    p = sub.add_parser("sessions", help="list sessions")
-    p.add_argument("--json", action="store_true")
-    _session_args(sub.add_parser("context", help="the context panel of a session"))
-    p = sub.add_parser("render", help="render the next request of a session")
-    _session_args(p)
-    p.add_argument("--format", choices=("anthropic", "openai"), default="anthropic")
-    p.add_argument("--cascade", action="store_true", help="run the cascade first")
-    p = sub.add_parser("snip", help="remove the oldest turns down to a target")
-    _session_args(p)
-    p.add_argument("--target", type=int, help="target tokens (default: the cascade threshold)")
-    p = sub.add_parser("compact", help="/compact: summarize now")
-    _session_args(p)
-    p.add_argument("instructions", nargs="*", help="what the summary should keep")
-    p = sub.add_parser("demo", help="import a transcript and show its context panel")
-    p.add_argument("path")
-    p.add_argument("--window", type=int, default=200_000)
-    p.add_argument(
-        "--then-window",
-        type=int,
-        default=64_000,
-        dest="then_window",
-        help="then run the cascade as for a model with this window (0: don't)",
-    )
-    from .replay import add_arguments as add_replay_arguments
-
-    add_replay_arguments(
-        sub.add_parser(
-            "replay",
-            help="replay a transcript under the cascade, priced with the provider's cache rules",
-        )
-    )
-    return top
+    async with daemon_progress(ns, client, f"replaying {Path(ns.path).name}") as token:
+        return await run_replay(ns, client, token)
 
 
 COMMANDS: dict[str, Command] = {
@@ -251,25 +277,352 @@ COMMANDS: dict[str, Command] = {
     "demo": cmd_demo,
     "replay": cmd_replay,
 }
+SESSION_COMMANDS = ("context", "render", "snip", "compact")
 
 
-async def _run_client(ns: argparse.Namespace) -> int:
+# ---- the command line -------------------------------------------------------------------------
+
+
+def _global_options(p: argparse.ArgumentParser, suppress: bool) -> None:
+    """The options every command takes, before or after its name. After it they default to
+    SUPPRESS so they never overwrite what was given before it."""
+    default: Any = argparse.SUPPRESS if suppress else None
+    p.add_argument(
+        "--data-dir",
+        default=default,
+        metavar="DIR",
+        help="where sessions live (default $COMPACTD_DATA_DIR or the platform's user data dir)",
+    )
+    p.add_argument(
+        "--summary-provider",
+        choices=PROVIDERS,
+        default=default,
+        help="who writes summaries: anthropic (needs ANTHROPIC_API_KEY), client, or digest "
+        "(offline); default $COMPACTD_SUMMARY_PROVIDER, else none (replay: digest)",
+    )
+    p.add_argument(
+        "--summary-model",
+        default=default,
+        metavar="MODEL",
+        help="the model summaries are written with (default $COMPACTD_SUMMARY_MODEL)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=argparse.SUPPRESS if suppress else [],
+        metavar="KEY=VALUE",
+        help="a session config value (repeatable), e.g. --set summaryKeepTurns=1; VALUE is "
+        "read as JSON when it parses, else as text (the keys: README, Configuration)",
+    )
+    p.add_argument(
+        "--config",
+        default=default,
+        metavar="FILE|JSON",
+        help="session config as a JSON object, inline or in a file; --set wins over it",
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=argparse.SUPPRESS if suppress else 0,
+        help="every warning; twice: the daemon's log too",
+    )
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=argparse.SUPPRESS if suppress else False,
+        help="no progress and no warnings that are only informative",
+    )
+    p.add_argument(
+        "--color",
+        action="store_true",
+        default=default,
+        help="force colour even when not on a terminal",
+    )
+
+
+def _session_args(p: argparse.ArgumentParser, budget: bool = True) -> None:
+    p.add_argument("session", help="a session id, or any unique prefix of one")
+    p.add_argument("--branch", help="the branch to use (default: the session's current)")
+    if budget:
+        p.add_argument("--model", help="model id: its window and output limit (default: 200K)")
+        p.add_argument("--window", type=int, help="context window in tokens (overrides --model)")
+        p.add_argument(
+            "--max-output-tokens",
+            type=int,
+            dest="max_output_tokens",
+            help="output reserve (default: min(model max, 20K, window/4))",
+        )
+    p.add_argument("--json", action="store_true", help="print the daemon's answer as JSON")
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--stdio",
+        action="store_true",
+        help="talk JSON-RPC on stdin/stdout (the only transport; accepted as LSP clients pass it)",
+    )
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=None,
+        help="idle threshold for sessions without their own (default 5400)",
+    )
+    parser.add_argument(
+        "--idle-check-seconds", type=float, default=30.0, help="how often idle timers are checked"
+    )
+    parser.add_argument(
+        "--store",
+        default=None,
+        help="where sessions live for a fleet of daemons: postgresql://… (default "
+        "$COMPACTD_STORE, else the files in the data dir)",
+    )
+    parser.add_argument(
+        "--summarize-timeout",
+        type=float,
+        default=120.0,
+        help="seconds one summary may take before it counts as failed",
+    )
+    parser.add_argument(
+        "--no-watch",
+        action="store_true",
+        help="do not watch the data dir for other daemons' appends",
+    )
+    parser.add_argument(
+        "--log-level",
+        default=None,
+        help="daemon log level on stderr (default $COMPACTD_LOG_LEVEL or WARNING)",
+    )
+
+
+def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    common = argparse.ArgumentParser(add_help=False)
+    _global_options(common, suppress=True)
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+
+    def add(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=text, description=text, parents=[common])
+
+    out: dict[str, argparse.ArgumentParser] = {}
+    out["serve"] = p = add("serve", "run the daemon on stdio (JSON-RPC, LSP framing)")
+    add_serve_arguments(p)
+    out["schema"] = add("schema", "print the JSON Schema of the RPC surface")
+    out["migrate"] = p = add(
+        "migrate",
+        "copy the data dir's sessions into a store (--to URL) or back (--from URL); "
+        "idempotent, verified by event counts and hashes",
+    )
+    way = p.add_mutually_exclusive_group(required=True)
+    way.add_argument("--to", metavar="URL", help="postgresql://… to copy the data dir into")
+    way.add_argument("--from", dest="from_", metavar="URL", help="postgresql://… to copy from")
+    out["import"] = p = add("import", "import a transcript; prints the session id(s)")
+    p.add_argument("path", help="a transcript (Claude Code, Codex, OpenHands, SWE-agent)")
+    p.add_argument(
+        "--new", action="store_true", help="import again even if this file was imported before"
+    )
+    out["sessions"] = p = add("sessions", "list sessions, newest first")
+    p.add_argument("--json", action="store_true", help="print the daemon's answer as JSON")
+    out["context"] = p = add("context", "the context panel of a session")
+    _session_args(p)
+    out["render"] = p = add("render", "render the next request of a session")
+    _session_args(p)
+    p.add_argument(
+        "--format",
+        choices=("anthropic", "openai"),
+        default="anthropic",
+        help="the provider's request format",
+    )
+    p.add_argument("--cascade", action="store_true", help="run the cascade first")
+    out["snip"] = p = add("snip", "remove the oldest turns down to a target")
+    _session_args(p)
+    p.add_argument("--target", type=int, help="target tokens (default: the cascade target)")
+    out["compact"] = p = add("compact", "/compact: summarize now, keeping what you ask")
+    _session_args(p)
+    p.add_argument("instructions", nargs="*", help="what the summary should keep (free text)")
+    out["demo"] = p = add("demo", "import a transcript and show its context panel")
+    p.add_argument("path", help="a transcript")
+    p.add_argument("--window", type=int, default=200_000, help="the panel's window (200,000)")
+    p.add_argument(
+        "--then-window",
+        type=int,
+        default=64_000,
+        dest="then_window",
+        help="then run the cascade as for a model with this window (0: don't)",
+    )
+    from .replay import add_arguments as add_replay_arguments
+
+    out["replay"] = p = add(
+        "replay", "replay a transcript under the cascade, priced with the provider's cache rules"
+    )
+    add_replay_arguments(p)
+    return out
+
+
+def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top-level parser (global options, `--version`, the list of commands) and each
+    command's own parser."""
+    top = argparse.ArgumentParser(
+        prog="compactd",
+        description="compactd: keeps LLM agent conversations under the context window.",
+        epilog="Global options work before or after the command. `compactd COMMAND -h` says more.",
+    )
+    try:
+        version = importlib.metadata.version("compactd")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        version = "unknown"
+    top.add_argument("--version", action="version", version=f"compactd {version}")
+    _global_options(top, suppress=False)
+    return top, _subparsers(top)
+
+
+def _command_index(argv: list[str]) -> int | None:
+    """Where the command word is: the first argument that is neither an option nor an
+    option's value."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return None
+        if arg in VALUE_OPTIONS:
+            i += 2
+            continue
+        if not arg.startswith("-"):
+            return i
+        i += 1
+    return None
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse a command line: global options anywhere, a command's options and free text in
+    any order (`compact S --window 32000 keep the plan`). Exits 2 on a usage error."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    top, commands = parser()
+    at = _command_index(args)
+    if at is None or args[at] not in commands:
+        top.parse_args(args[: at if at is not None else len(args)])  # -h, --version, bad options
+        top.error(f"unknown command {args[at]!r}" if at is not None else "a command is required")
+    ns = argparse.Namespace(**GLOBAL_DEFAULTS)
+    before = top.parse_args(args[:at])
+    for key in GLOBAL_DEFAULTS:
+        setattr(ns, key, getattr(before, key))
+    after = commands[args[at]].parse_intermixed_args(args[at + 1 :])
+    for key, value in vars(after).items():
+        if key == "set":
+            ns.set = [*ns.set, *value]
+        elif key == "verbose":
+            ns.verbose += value
+        else:
+            setattr(ns, key, value)
+    ns.command = args[at]
+    try:
+        ns.session_config = session_config(ns.config, ns.set)
+    except UsageError as exc:
+        commands[args[at]].error(str(exc))
+    return ns
+
+
+def session_config(config: str | None, settings: list[str]) -> dict[str, Any]:
+    """`--config FILE|JSON` then each `--set KEY=VALUE`, as one object. The keys are checked
+    by the daemon (it owns the list), so a misspelling gets the same error from every client."""
+    out: dict[str, Any] = {}
+    if config:
+        text = config
+        if not config.lstrip().startswith("{"):
+            try:
+                text = Path(config).read_text()
+            except OSError as exc:
+                raise UsageError(
+                    f"--config {config!r} is neither a JSON object nor a readable file "
+                    f"({exc.strerror or exc})"
+                ) from None
+        try:
+            loaded = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise UsageError(f"--config {config!r} is not valid JSON: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise UsageError(f"--config must be a JSON object, got {type(loaded).__name__}")
+        out.update(loaded)
+    for item in settings:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            value: Any = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            value = raw
+        out[key.strip()] = value
+    return out
+
+
+# ---- running ------------------------------------------------------------------------------
+
+
+async def _resolve_session(ns: argparse.Namespace, client: CompactdClient) -> None:
+    """An id prefix names the one session it starts."""
+    wanted = ns.session
+    ids = [info.session_id for info in (await client.list_sessions(wanted)).sessions]
+    if wanted in ids:
+        return
+    matches = [sid for sid in ids if sid.startswith(wanted)]
+    if not matches:
+        raise UsageError(f"no session {wanted!r} (`compactd sessions` lists them)")
+    if len(matches) > 1:
+        raise UsageError(
+            f"{wanted!r} is the start of {len(matches)} sessions ({', '.join(matches[:4])}"
+            f"{', …' if len(matches) > 4 else ''}); give more of the id"
+        )
+    ns.session = matches[0]
+
+
+def daemon_args(ns: argparse.Namespace) -> list[str]:
+    """The `serve` options a client command passes on to the daemon it spawns."""
     args: list[str] = []
     for flag in ("summary_provider", "summary_model"):
         value = getattr(ns, flag, None)
         if value:
             args += [f"--{flag.replace('_', '-')}", value]
-    client = await CompactdClient.spawn(data_dir=ns.data_dir, args=args)
+    if ns.session_config:
+        args += ["--config", orjson.dumps(ns.session_config).decode()]
+    if ns.verbose >= 2:
+        args += ["--log-level", "INFO"]
+    return args
+
+
+async def _run_client(ns: argparse.Namespace) -> int:
+    client = await CompactdClient.spawn(
+        data_dir=ns.data_dir, args=daemon_args(ns), new_process_group=True
+    )
+    if ns.verbose and client.process is not None:
+        _err(ns).print(f"compactd: daemon started (pid {client.process.pid})")
     try:
+        if ns.command in SESSION_COMMANDS:
+            await _resolve_session(ns, client)
         return await COMMANDS[ns.command](ns, client)
+    except UsageError as exc:
+        print(f"compactd: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except RpcError as exc:
         print(f"compactd: {exc.message}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     except ConnectionError as exc:
+        code = await client.close()
+        if code == EXIT_ERROR:  # the daemon refused its options and said why on stderr
+            return EXIT_ERROR
         print(f"compactd: the daemon stopped unexpectedly ({exc})", file=sys.stderr)
-        return 3
+        return EXIT_DAEMON
     finally:
         await client.close()
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """Ctrl-C ends the command with 130 and a short note, never a traceback."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print("compactd: interrupted", file=sys.stderr)
+        raise SystemExit(EXIT_INTERRUPTED) from None
 
 
 def run(ns: argparse.Namespace) -> int:
@@ -278,5 +631,8 @@ def run(ns: argparse.Namespace) -> int:
         from ..protocol.schema import schema_text
 
         sys.stdout.write(schema_text())
-        return 0
-    return asyncio.run(_run_client(ns))
+        return EXIT_OK
+    if ns.data_dir is None and os.environ.get("COMPACTD_DATA_DIR"):
+        ns.data_dir = os.environ["COMPACTD_DATA_DIR"]
+    with _interruptible():
+        return asyncio.run(_run_client(ns))

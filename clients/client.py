@@ -2,8 +2,9 @@
 
 A small JSON-RPC 2.0 peer over LSP framing, written here rather than on pygls' client so a
 client pulls in neither pygls nor the engine (only `compactd.protocol`), starts fast, and
-puts a timeout on every call. Typed methods take and return the attrs types of
-`compactd.protocol.types`; notifications arrive as callbacks or through an async iterator;
+puts a timeout on every call (a timed-out or cancelled call sends `$/cancelRequest`). Typed
+methods take keyword arguments — attrs types of `compactd.protocol.types` or plain dicts —
+and return those attrs types; notifications arrive as callbacks or through an async iterator;
 `context/summarize` requests from the daemon go to a handler you register.
 """
 
@@ -15,17 +16,18 @@ import itertools
 import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import attrs
 import orjson
 
 from ..protocol import methods as m
 from ..protocol import types as t
-from ..protocol.convert import structure, unstructure
+from ..protocol.convert import camel, structure, unstructure
 from ..protocol.errors import KIND_BY_CODE
 
 R = TypeVar("R")
+Json = dict[str, Any]
 Handler = Callable[[dict[str, Any]], Any]
 DEFAULT_TIMEOUT = 120.0
 UNSET: Any = object()
@@ -80,8 +82,11 @@ class CompactdClient:
         args: Sequence[str] = (),
         timeout: float = DEFAULT_TIMEOUT,
         stderr: Any = None,
+        new_process_group: bool = False,
     ) -> CompactdClient:
-        """Start a daemon (`python -m compactd serve` by default) and connect to it."""
+        """Start a daemon (`python -m compactd serve` by default) and connect to it.
+        `new_process_group`: Ctrl-C in a terminal reaches only the caller, which then closes
+        the daemon cleanly (the CLI), instead of killing both mid-write."""
         cmd = list(command) if command else [sys.executable, "-m", "compactd"]
         if data_dir is not None:
             cmd += ["--data-dir", str(data_dir)]
@@ -93,6 +98,7 @@ class CompactdClient:
             stderr=stderr,
             env={**os.environ, **(env or {})},
             limit=2**24,
+            start_new_session=new_process_group,
         )
         assert proc.stdout is not None and proc.stdin is not None
         return cls(proc.stdout, proc.stdin, proc, timeout)
@@ -213,8 +219,18 @@ class CompactdClient:
         return msg_id, fut
 
     async def request(self, method: str, params: Any = None, timeout: float | None = None) -> Any:
-        _, fut = self.send_request(method, params)
-        return await asyncio.wait_for(fut, timeout or self.timeout)
+        """Send and wait. A timeout or a cancelled task tells the daemon (`$/cancelRequest`),
+        so it stops work nobody will read."""
+        msg_id, fut = self.send_request(method, params)
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout or self.timeout)
+        except (TimeoutError, asyncio.CancelledError):
+            self._pending.pop(msg_id, None)
+            if not fut.done():
+                fut.cancel()
+                with contextlib.suppress(Exception):
+                    self.cancel(msg_id)
+            raise
 
     def notify(self, method: str, params: Any = None) -> None:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
@@ -267,8 +283,9 @@ class CompactdClient:
     ) -> t.OpenResult:
         return await self.call(m.SESSION_OPEN, t.OpenParams(session_id, config), t.OpenResult)
 
-    async def list_sessions(self) -> t.ListResult:
-        return await self.call(m.SESSION_LIST, {}, t.ListResult)
+    async def list_sessions(self, prefix: str | None = None) -> t.ListResult:
+        """Sessions, newest first; with `prefix`, only those whose id starts with it."""
+        return await self.call(m.SESSION_LIST, wire_params(t.ListParams, locals()), t.ListResult)
 
     async def get(
         self, session_id: str, node_id: str | None = None, branch: str | None = None
@@ -302,8 +319,13 @@ class CompactdClient:
             params["expectedHead"] = expected_head
         return await self.call(m.SESSION_APPEND, params, t.AppendResult)
 
-    async def import_transcript(self, path: str) -> t.ImportResult:
-        return await self.call(m.SESSION_IMPORT, t.ImportParams(str(path)), t.ImportResult)
+    async def import_transcript(
+        self, path: str, *, new: bool = False, work_done_token: str | None = None
+    ) -> t.ImportResult:
+        """Import a transcript; one imported before from the same file is returned (its id
+        also in `existing`) unless `new`."""
+        params = t.ImportParams(str(path), new, work_done_token)
+        return await self.call(m.SESSION_IMPORT, params, t.ImportResult)
 
     async def tool_result(
         self, session_id: str, tool_use_id: str, content: Any, is_error: bool = False
@@ -315,13 +337,19 @@ class CompactdClient:
         )
 
     async def function_start(
-        self, session_id: str, name: str, input: Any = None, **kw: Any
+        self,
+        session_id: str,
+        name: str,
+        input: Any = None,
+        *,
+        tool_use_id: str | None = None,
+        parent: str | None = None,
+        expose: t.Expose = "io",
+        branch: str | None = None,
+        function_id: str | None = None,
     ) -> t.FunctionStartResult:
-        return await self.call(
-            m.FUNCTION_START,
-            t.FunctionStartParams(session_id, name, input, **kw),
-            t.FunctionStartResult,
-        )
+        params = wire_params(t.FunctionStartParams, locals())
+        return await self.call(m.FUNCTION_START, params, t.FunctionStartResult)
 
     async def function_complete(
         self, session_id: str, function_id: str, output: Any = "", status: str = "completed"
@@ -344,29 +372,93 @@ class CompactdClient:
             m.SESSION_CHECKOUT, t.CheckoutParams(session_id, branch), t.BranchResult
         )
 
-    async def render(self, session_id: str, **kw: Any) -> t.RenderResult:
-        return await self.call(m.CONTEXT_RENDER, t.RenderParams(session_id, **kw), t.RenderResult)
+    async def render(
+        self,
+        session_id: str,
+        *,
+        branch: str | None = None,
+        model: str | None = None,
+        window: int | None = None,
+        max_output_tokens: int | None = None,
+        system: str | list[Json] | None = None,
+        tools: list[Json] | None = None,
+        response_schema: Json | None = None,
+        format: t.Format = "anthropic",
+        cascade: bool = False,
+        cache: bool = True,
+        cache_ttl: Literal["5m", "1h"] | None = None,
+        overflow: t.ProviderError | Json | None = None,
+        viewer: str | None = None,
+        callers: bool = False,
+        subcalls: bool = False,
+        expose: t.Expose | None = None,
+        work_done_token: str | None = None,
+        recall: bool | None = None,
+        fallback_models: list[str] | None = None,
+    ) -> t.RenderResult:
+        """The next request (`request`, sent with `headers`), its size (`tokens`) and what the
+        cascade did (`events`); `overflow` is the provider's prompt-too-long error, to run
+        Tier 5; `fallback_models`: the request must fit each of them too."""
+        params = wire_params(t.RenderParams, locals())
+        return await self.call(m.CONTEXT_RENDER, params, t.RenderResult)
 
-    async def measure(self, session_id: str, **kw: Any) -> t.MeasureResult:
-        return await self.call(m.CONTEXT_MEASURE, t.RenderParams(session_id, **kw), t.MeasureResult)
+    async def measure(
+        self,
+        session_id: str,
+        *,
+        branch: str | None = None,
+        model: str | None = None,
+        window: int | None = None,
+        max_output_tokens: int | None = None,
+        system: str | list[Json] | None = None,
+        tools: list[Json] | None = None,
+        format: t.Format = "anthropic",
+        viewer: str | None = None,
+        recall: bool | None = None,
+        fallback_models: list[str] | None = None,
+    ) -> t.MeasureResult:
+        """Tokens by category (the context panel), without changing anything."""
+        params = wire_params(t.RenderParams, locals())
+        return await self.call(m.CONTEXT_MEASURE, params, t.MeasureResult)
 
     async def compact(
-        self, session_id: str, instructions: str | None = None, **kw: Any
+        self,
+        session_id: str,
+        instructions: str | None = None,
+        *,
+        branch: str | None = None,
+        model: str | None = None,
+        window: int | None = None,
+        max_output_tokens: int | None = None,
+        system: str | list[Json] | None = None,
+        tools: list[Json] | None = None,
+        format: t.Format = "anthropic",
+        work_done_token: str | None = None,
+        timeout: float | None = None,
     ) -> t.CompactResult:
-        return await self.call(
-            m.CONTEXT_COMPACT,
-            t.CompactParams(session_id, instructions=instructions, **kw),
-            t.CompactResult,
+        """/compact: summarize now (Tier 4), shaped by `instructions`."""
+        args = dict(locals())
+        del args["timeout"]
+        raw = await self.request(
+            m.CONTEXT_COMPACT, wire_params(t.CompactParams, args), timeout=timeout
         )
+        return structure(raw, t.CompactResult, m.CONTEXT_COMPACT, check_depth=False)
 
     async def snip(
-        self, session_id: str, target_tokens: int | None = None, **kw: Any
+        self,
+        session_id: str,
+        target_tokens: int | None = None,
+        *,
+        branch: str | None = None,
+        model: str | None = None,
+        window: int | None = None,
+        max_output_tokens: int | None = None,
+        system: str | list[Json] | None = None,
+        tools: list[Json] | None = None,
+        format: t.Format = "anthropic",
     ) -> t.SnipResult:
-        return await self.call(
-            m.CONTEXT_SNIP,
-            t.SnipParams(session_id, target_tokens=target_tokens, **kw),
-            t.SnipResult,
-        )
+        params = wire_params(t.SnipParams, locals())
+        return await self.call(m.CONTEXT_SNIP, params, t.SnipResult)
 
     async def uncollapse(self, session_id: str, collapse_id: str) -> t.UncollapseResult:
         return await self.call(
@@ -405,12 +497,45 @@ class CompactdClient:
             }
         return {"type": "tool_result", "tool_use_id": tool_use["id"], "content": recall_text(got)}
 
-    async def report_usage(self, session_id: str, model: str, **kw: Any) -> t.ReportUsageResult:
-        return await self.call(
-            m.CONTEXT_REPORT_USAGE,
-            t.ReportUsageParams(session_id, model, **kw),
-            t.ReportUsageResult,
-        )
+    async def report_usage(
+        self,
+        session_id: str,
+        model: str,
+        *,
+        usage: Json | None = None,
+        error: t.ProviderError | Json | None = None,
+        applied_edits: list[Json] | None = None,
+        branch: str | None = None,
+    ) -> t.ReportUsageResult:
+        """What the provider said about the last request: its `usage`, or its `error`
+        (`{"status": 400, "message": "prompt is too long…"}` or a `ProviderError`)."""
+        params = wire_params(t.ReportUsageParams, locals())
+        return await self.call(m.CONTEXT_REPORT_USAGE, params, t.ReportUsageResult)
+
+    async def replay(
+        self,
+        path: str,
+        *,
+        window: int | None = None,
+        reserve: int | None = None,
+        ttl: Literal["5m", "1h"] = "5m",
+        summary_provider: Literal["anthropic", "client", "digest"] | None = None,
+        config: Json | None = None,
+        baseline: bool = True,
+        index: int = 0,
+        model: str | None = None,
+        system_tokens: int | None = None,
+        ratio: float | None = None,
+        write_price: float | None = None,
+        work_done_token: str | None = None,
+        timeout: float = 3600.0,
+    ) -> dict[str, Any]:
+        """Replay a transcript in a scratch store, priced; the report as the daemon wrote it."""
+        args = dict(locals())
+        del args["timeout"]
+        params = wire_params(t.ReplayParams, args)
+        result: dict[str, Any] = await self.request(m.SESSION_REPLAY, params, timeout=timeout)
+        return result
 
     async def status(self) -> t.StatusResult:
         return await self.call(m.DAEMON_STATUS, {}, t.StatusResult)
@@ -439,6 +564,19 @@ class CompactdClient:
         with contextlib.suppress(BaseException):
             await self._reader_task
         return code
+
+
+def wire_params(cls: type[R], args: dict[str, Any]) -> R:
+    """A method's keyword arguments as its params type: plain dicts are accepted wherever a
+    wire type is (`error={"status": 400, …}`), and a wrong type fails here, naming the field,
+    before anything is sent."""
+    names = {a.name for a in attrs.fields(cls)}  # type: ignore[arg-type]
+    raw = {
+        camel(k): unstructure(v) if attrs.has(type(v)) else v
+        for k, v in args.items()
+        if k in names and v is not None
+    }
+    return structure(raw, cls, cls.__name__)
 
 
 def recall_text(got: t.RecallResult) -> str:

@@ -45,47 +45,53 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="price of a cache write (default: 1.25 for 5m, 2 for 1h; the economy notes' "
         "instrument uses 1.25 throughout)",
     )
-    p.add_argument(
-        "--summary-provider",
-        choices=("digest", "anthropic", "client"),
-        dest="replay_provider",
-        default="digest",
-        help="who writes summaries during the replay (default: digest, offline)",
-    )
-    p.add_argument("--config", help="session config for the replay, as JSON (policy knobs)")
     p.add_argument("--index", type=int, default=0, help="which session of a multi-session file")
     p.add_argument("--steps", action="store_true", help="print every step, not only totals")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the whole report as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="draw tokens per step and cumulative cost")
 
 
-async def run_replay(ns: argparse.Namespace, client: CompactdClient) -> int:
-    params: dict[str, Any] = {
-        "path": ns.path,
-        "ttl": ns.ttl,
-        "summaryProvider": ns.replay_provider,
-        "index": ns.index,
-    }
-    if ns.window is not None:
-        params["window"] = ns.window
-    if ns.reserve is not None:
-        params["reserve"] = ns.reserve
-    if ns.config:
-        params["config"] = orjson.loads(ns.config)
-    if ns.system_tokens is not None:
-        params["systemTokens"] = ns.system_tokens
-    if ns.replay_model:
-        params["model"] = ns.replay_model
-    if ns.write_price is not None:
-        params["writePrice"] = ns.write_price
-    report = await client.request("session/replay", params, timeout=3600)
+async def run_replay(
+    ns: argparse.Namespace, client: CompactdClient, token: str | None = None
+) -> int:
+    """Exit 1 when a summary provider failed during the replay: its figures then describe a
+    run without those summaries, which is not what was asked for."""
+    report = await client.replay(
+        ns.path,
+        window=ns.window,
+        reserve=ns.reserve,
+        ttl=ns.ttl,
+        summary_provider=ns.summary_provider or "digest",
+        config=ns.session_config or None,
+        index=ns.index,
+        model=ns.replay_model,
+        system_tokens=ns.system_tokens,
+        write_price=ns.write_price,
+        work_done_token=token,
+    )
     if ns.plot:
         plot(report, ns.plot)
+    failures = provider_failures(report)
     if ns.json:
         print(orjson.dumps(report).decode())
-        return 0
-    print_report(report, show_steps=ns.steps)
+    else:
+        print_report(report, show_steps=ns.steps)
+    if failures:
+        console = Console(stderr=True, highlight=False)
+        for reason, count in failures.items():
+            console.print(f"[red]summary failed[/red] {count}×: {reason}")
+        return 1
     return 0
+
+
+def provider_failures(report: dict[str, Any]) -> dict[str, int]:
+    """Each distinct failure of the summary provider during the replay, with its count."""
+    out: dict[str, int] = {}
+    for step in report["steps"]:
+        for event in step["events"]:
+            if event.get("failed"):
+                out[event["reason"]] = out.get(event["reason"], 0) + 1
+    return out
 
 
 def print_report(
@@ -144,12 +150,14 @@ def print_report(
         "over window",
         "cache-read share",
         "LLM calls",
+        "failed",
         "cache rewrites /100",
         "cannot fit",
         "removed w/o summarizer",
         "requests",
         box=None,
     )
+    failed = sum(provider_failures(report).values())
     rows = [(name, t) for name, t in report["totals"].items()]
     rows += [(f"{name} (main)", t) for name, t in (report.get("mainThread") or {}).items()]
     for name, totals in rows:
@@ -162,11 +170,13 @@ def print_report(
             str(totals["overWindow"]),
             f"{totals['cacheReadShare']:.1%}",
             str(totals["llmCalls"]),
+            (f"[red]{failed}[/red]" if failed else "0") if name == "compactd" else "-",
             f"{totals.get('rewritesPer100', 0):.1f}",
             str(totals.get("cannotFit", 0)),
             f"{totals['removedWithoutSummary']:,}",
             str(totals["requests"]),
         )
+    table.columns[0].no_wrap = True
     console.print(table)
     recall = report.get("recall")
     if recall:
@@ -181,58 +191,118 @@ def _num(value: Any) -> str:
     return "-" if value is None else f"{value:,}"
 
 
+MAX_THREAD_PANELS = 6
+
+
+def human(value: float, _pos: object = None) -> str:
+    """An axis tick a reader takes in at a glance: 950, 48K, 1.2M."""
+    size = abs(value)
+    if size >= 1_000_000:
+        return f"{value / 1_000_000:.1f}".rstrip("0").rstrip(".") + "M"
+    if size >= 1_000:
+        return f"{value / 1_000:.0f}K"
+    return f"{value:.0f}"
+
+
+def threads(steps: list[dict[str, Any]]) -> dict[str, list[tuple[int, dict[str, Any]]]]:
+    """Steps by thread (main first, then sub-agents in the order they start), each with its
+    position in the whole run: a thread's requests are what share a cached prefix."""
+    out: dict[str, list[tuple[int, dict[str, Any]]]] = {"main": []}
+    for position, step in enumerate(steps):
+        out.setdefault(step["thread"], []).append((position, step))
+    return out
+
+
 def plot(report: dict[str, Any], path: str) -> None:
-    """Tokens per step against the window and threshold, tier events marked, and cumulative
-    cost for compactd and for no management."""
+    """One panel per thread — the main thread's requests, with where sub-agents ran shaded,
+    then each sub-agent's own — tokens per request for compactd, no management and the
+    recorded run against the limit and threshold, tier events marked; and cumulative cost."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import FuncFormatter, MaxNLocator
     except ImportError as exc:  # an optional dependency
         raise SystemExit(
             "compactd: --plot needs matplotlib (pip install 'compactd[plot]')"
         ) from exc
     steps = report["steps"]
-    xs = list(range(len(steps)))
-    fig, (top, bottom) = plt.subplots(
-        2, 1, figsize=(11, 7), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
-    )
-    top.plot(xs, [s["tokens"] for s in steps], color="tab:blue", label="compactd", lw=1.5)
-    if any(s.get("baselineTokens") is not None for s in steps):
-        top.plot(
-            xs,
-            [s.get("baselineTokens") or 0 for s in steps],
-            color="tab:gray",
-            lw=1,
-            ls="--",
-            label="no management",
-        )
-    top.axhline(report["limit"], color="black", lw=1, label="window − reserve")
-    top.axhline(report["threshold"], color="black", lw=0.8, ls=":", label="cascade threshold")
+    by_thread = threads(steps)
+    subs = [name for name in by_thread if name != "main"]
+    shown = subs[:MAX_THREAD_PANELS]
+    sub_rows = (len(shown) + 1) // 2
+    heights = [3.0] + [1.7] * sub_rows + [2.0]
+    fig = plt.figure(figsize=(12, sum(heights) + 1.2))
+    grid = fig.add_gridspec(len(heights), 2, height_ratios=heights)
+    formatter = FuncFormatter(human)
     seen: set[str] = set()
-    for x, s in zip(xs, steps, strict=True):
-        for tier in s["tiers"]:
-            colour = TIER_COLOURS.get(tier, "tab:olive")
-            top.axvline(x, color=colour, alpha=0.35, lw=1, label=tier if tier not in seen else None)
-            seen.add(tier)
-    top.set_ylabel("tokens per request")
-    top.set_title(
-        f"replay of {report['source']} · window {report['window']:,} · TTL {report['ttl']}"
+
+    def thread_panel(ax: Any, name: str, rows: list[tuple[int, dict[str, Any]]]) -> None:
+        xs = list(range(len(rows)))
+        series = (
+            ("tokens", "compactd", "tab:blue", "-"),
+            ("baselineTokens", "no management", "tab:gray", "--"),
+            ("recordedTokens", "recorded run", "tab:pink", ":"),
+        )
+        for key, label, colour, style in series:
+            points = [(x, s[key]) for x, (_, s) in zip(xs, rows, strict=True) if s.get(key)]
+            if points:
+                ax.plot(*zip(*points, strict=True), color=colour, ls=style, lw=1.3, label=label)
+        ax.axhline(report["limit"], color="black", lw=1, label="window − reserve")
+        ax.axhline(report["threshold"], color="black", lw=0.8, ls=":", label="threshold")
+        for x, (_, s) in zip(xs, rows, strict=True):
+            for tier in s["tiers"]:
+                colour = TIER_COLOURS.get(tier, "tab:olive")
+                ax.axvline(x, color=colour, alpha=0.4, lw=1, label=None if tier in seen else tier)
+                seen.add(tier)
+            if s["cannotFit"]:
+                ax.plot(x, s["tokens"], "x", color="red")
+        ax.yaxis.set_major_formatter(formatter)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(name, fontsize=9, loc="left")
+        ax.set_ylim(bottom=0)
+
+    main = fig.add_subplot(grid[0, :])
+    main_rows = by_thread["main"]
+    thread_panel(main, "main thread", main_rows)
+    # where sub-agents ran: between the main requests around their own
+    positions = [position for position, _ in main_rows]
+    for name in subs:
+        first, last = by_thread[name][0][0], by_thread[name][-1][0]
+        start = sum(1 for p in positions if p < first) - 0.5
+        end = sum(1 for p in positions if p < last) - 0.5
+        main.axvspan(start, max(end, start + 0.3), color="tab:purple", alpha=0.08, lw=0)
+    if subs:
+        main.axvspan(0, 0, color="tab:purple", alpha=0.15, label="sub-agents running")
+    main.set_ylabel("tokens per request")
+    main.set_title(
+        f"replay of {report['source']} · window {human(report['window'])} · TTL {report['ttl']}"
+        f" · summaries: {report['provider'] or 'none'}"
     )
-    top.legend(loc="upper left", fontsize=8)
-    cumulative, base, running, running_base = [], [], 0.0, 0.0
+    main.legend(loc="upper left", fontsize=7, ncol=3)
+    for i, name in enumerate(shown):
+        ax = fig.add_subplot(grid[1 + i // 2, i % 2])
+        thread_panel(ax, f"sub-agent {name.removeprefix('function:')}", by_thread[name])
+    if len(subs) > len(shown):
+        fig.text(0.99, 0.01, f"{len(subs) - len(shown)} more sub-agent(s) not drawn", ha="right")
+    cost = fig.add_subplot(grid[-1, :])
+    lines = {"compactd": [], "no management": [], "recorded run": []}
+    totals = {name: 0.0 for name in lines}
     for s in steps:
-        running += s["cost"] + s["summaryInput"] + 5 * s["summaryOutput"]
-        running_base += s.get("baselineCost") or 0.0
-        cumulative.append(running)
-        base.append(running_base)
-    bottom.plot(xs, cumulative, color="tab:blue", label="compactd")
-    if any(s.get("baselineCost") is not None for s in steps):
-        bottom.plot(xs, base, color="tab:gray", ls="--", label="no management")
-    bottom.set_ylabel("cumulative cost\n(input-token eq.)")
-    bottom.set_xlabel("model request")
-    bottom.legend(loc="upper left", fontsize=8)
+        totals["compactd"] += s["cost"] + s["summaryInput"] + 5 * s["summaryOutput"]
+        totals["no management"] += s.get("baselineCost") or 0.0
+        totals["recorded run"] += s.get("recordedCost") or 0.0
+        for name in lines:
+            lines[name].append(totals[name])
+    styles = {"compactd": "tab:blue", "no management": "tab:gray", "recorded run": "tab:pink"}
+    for name, values in lines.items():
+        if values and values[-1] > 0:
+            cost.plot(values, color=styles[name], label=name)
+    cost.yaxis.set_major_formatter(formatter)
+    cost.set_ylabel("cumulative cost\n(input-token eq.)")
+    cost.set_xlabel("model request (all threads, in order)")
+    cost.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

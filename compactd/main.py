@@ -8,9 +8,9 @@ from __future__ import annotations
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .clients.cli import parser, run
+    from .clients.cli import parse, run
 
-    ns = parser().parse_args(argv)
+    ns = parse(argv)
     if ns.command == "serve":
         from .daemon.main import serve
 

@@ -61,6 +61,11 @@ def model_spec(model: str | None) -> ModelSpec:
     return MODELS[best] if best else DEFAULT_MODEL_SPEC
 
 
+def known_model(model: str) -> bool:
+    """Whether `model` (or its dated id) is in the table; otherwise its window is a guess."""
+    return model in MODELS or any(model.startswith(k) for k in MODELS)
+
+
 def model_key(model: str | None) -> str:
     """The name calibration is kept under: a dated id (`claude-haiku-4-5-20251001`) shares
     its family's entry of the model table, so reports for either calibrate both."""

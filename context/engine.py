@@ -7,18 +7,21 @@ by the daemon through `cascade`'s summary requests.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Collection
+from pathlib import Path
 from typing import Any
 
 import attrs
+import orjson
 
 from .budget import Calibration, reported_prompt_tokens
 from .cascade import Drive, run_cascade
 from .decompose import from_anthropic, from_nodes, from_openai
-from .errors import InvalidContent
+from .errors import CompactdError, InvalidContent
 from .graph import Graph, Node, Record
-from .policy import Policy, policy_from_config
+from .policy import Policy, check_session_config, policy_from_config
 from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE, project
 from .render.request import Rendered, RenderParams, render_request
 from .session import UNSET, AppendResult, Library, Session
@@ -44,9 +47,50 @@ class UsageReport:
 
 
 @attrs.frozen
+class ImportOutcome:
+    """`existing`: ids among `session_ids` imported before from the same file content."""
+
+    session_ids: list[str]
+    warnings: list[str]
+    existing: list[str]
+
+
+@attrs.frozen
+class SessionSummary:
+    """What a listing shows of a session without the caller loading it."""
+
+    source: str | None
+    title: str | None
+    turns: int
+    tokens: int
+
+
+@attrs.frozen
 class IdleOutcome:
     cleared: int
     events: list[TierEvent]
+
+
+USAGE_COUNTS = (
+    "input_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "output_tokens",
+)
+
+
+def check_counts(data: dict[str, Any] | None, where: str, keys: tuple[str, ...]) -> None:
+    """Token counts a client reports are non-negative integers (or absent/null): anything
+    else is refused by name before it is stored or added up."""
+    for key in keys:
+        value = (data or {}).get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidContent(
+                f"{where}.{key} must be a non-negative integer, got {value!r:.40}",
+                field=f"{where}.{key}",
+            )
 
 
 class Engine:
@@ -64,6 +108,8 @@ class Engine:
         self.clock = clock
         self.counter = counter
         self.defaults = dict(defaults or {})
+        self.limits = policy_from_config(self.defaults)  # the daemon-wide input limits
+        store.max_event_bytes = self.limits.max_message_bytes
         self.summary_provider = summary_provider  # the daemon's default provider name
         self.sessions: dict[str, Session] = {}
         self._calibration: dict[str, tuple[int, Calibration]] = {}
@@ -73,6 +119,7 @@ class Engine:
         self._prepared: dict[str, tuple[PreparedKey, Any]] = {}
         self._preparations: dict[str, list[PreparedKey]] = {}  # ranges tried, newest last
         self._overflow: dict[str, Overflow] = {}
+        self._summaries: dict[str, tuple[Any, SessionSummary]] = {}
 
     # ---- sessions ----------------------------------------------------------------------------
 
@@ -85,6 +132,7 @@ class Engine:
         """Load a session, or create it (a new id when none is given); says if it is new."""
         if config is not None:
             policy_from_config(config)  # reject a bad config before anything is written
+            check_session_config(config)
         if session_id is not None and (
             session_id in self.sessions or self.library.exists(session_id)
         ):
@@ -106,19 +154,97 @@ class Engine:
             session.catch_up()
         return session
 
-    def import_file(self, path: str) -> tuple[list[str], list[str]]:
+    def import_file(self, path: str, *, new: bool = False) -> ImportOutcome:
         """Import every conversation of a transcript file; returns their session ids and what
-        the importer had to skip."""
+        the importer had to skip. A conversation imported before from the same bytes is
+        returned, not duplicated, unless `new`; one that holds no message is kept but warned
+        about (a sub-agent file alone, a truncated file: an empty session is rarely meant)."""
+        sessions, outcome = self.import_sessions(path, new=new)
+        for session in sessions:
+            self.sessions[session.id] = session
+        return outcome
+
+    def import_sessions(
+        self, path: str, *, new: bool = False
+    ) -> tuple[list[Session], ImportOutcome]:
+        """Read a transcript (regular files only, each under `maxImportBytes`) and write its
+        new sessions, touching none of the engine's loaded state: the daemon runs this in a
+        worker thread so a big file never holds up its loop, and registers the sessions after."""
         from .importers import load_transcript
         from .importers.apply import import_session
+        from .importers.files import read_limit, read_regular
 
-        ids, warnings = [], []
-        for imported in load_transcript(path):
-            session = import_session(self.library, imported)
-            self.sessions[session.id] = session
+        max_bytes = self.limits.max_import_bytes
+        conversations = load_transcript(path, max_bytes)  # unreadable, too big: typed errors
+        with read_limit(max_bytes):
+            digest = hashlib.sha256(read_regular(Path(path))).hexdigest()
+        known = {} if new else self._imported_before()
+        sessions, ids, warnings, existing = [], [], [], []
+        for imported in conversations:
+            key = (digest, imported.source_id)
+            if key in known:
+                ids.append(known[key])
+                existing.append(known[key])
+                continue
+            session = import_session(self.library, imported, source_digest=digest)
+            sessions.append(session)
             ids.append(session.id)
             warnings.extend(f"{imported.source_id}: {w}" for w in imported.warnings)
-        return ids, warnings
+            if not session.graph.nodes:
+                warnings.append(
+                    f"{imported.source_id}: the transcript holds no message, so the session is "
+                    "empty (a sub-agent's file alone? import its parent session's file)"
+                )
+        return sessions, ImportOutcome(ids, warnings, existing)
+
+    def _imported_before(self) -> dict[tuple[str, str], str]:
+        """(file digest, source id) → session, from each log's header line (its `open`)."""
+        out: dict[tuple[str, str], str] = {}
+        for sid in self.list():
+            meta = self._header_meta(sid)
+            if meta.get("sourceDigest") and meta.get("sourceId") is not None:
+                out.setdefault((meta["sourceDigest"], str(meta["sourceId"])), sid)
+        return out
+
+    def _header_meta(self, session_id: str) -> dict[str, Any]:
+        loaded = self.sessions.get(session_id)
+        if loaded is not None:
+            return loaded.graph.meta
+        log_path = getattr(self.store, "log_path", None)  # files: the header line alone
+        try:
+            if log_path is None:
+                return self.library.load(session_id).graph.meta
+            with log_path(session_id).open("rb") as f:
+                header = orjson.loads(f.readline())
+        except (OSError, orjson.JSONDecodeError, CompactdError):
+            return {}
+        meta = header.get("meta") if isinstance(header, dict) else None
+        return meta if isinstance(meta, dict) else {}
+
+    def summary(self, session_id: str, stamp: Any = None) -> SessionSummary:
+        """Source, title, turns and tokens (the current branch rendered with the defaults),
+        without keeping the session loaded; a log that cannot be read shows as empty.
+        `stamp` (the log's size and mtime): while it is the same, the last answer stands, so
+        an editor polling the list does not re-render every session."""
+        cached = self._summaries.get(session_id)
+        if stamp is not None and cached is not None and cached[0] == stamp:
+            return cached[1]
+        summary = self._summarize(session_id)
+        self._summaries[session_id] = (stamp, summary)
+        return summary
+
+    def _summarize(self, session_id: str) -> SessionSummary:
+        try:
+            session = self.sessions.get(session_id) or self.library.load(session_id)
+            rendered = self.render_session(session, RenderParams())
+        except CompactdError:
+            meta = self._header_meta(session_id)
+            return SessionSummary(meta.get("source"), meta.get("title"), 0, 0)
+        meta = session.graph.meta
+        tokens = rendered.tokens()
+        return SessionSummary(
+            meta.get("source"), meta.get("title"), tokens["turns"], tokens["total"]
+        )
 
     def evict(self, session_id: str) -> None:
         """Forget a session: everything held for it goes (its graph, estimates, calibration,
@@ -459,6 +585,9 @@ class Engine:
     ) -> UsageReport:
         """What the provider said about the last rendered request. A prompt-too-long error is
         kept for the next render, which runs Tier 5 with it."""
+        check_counts(usage, "usage", USAGE_COUNTS)
+        for i, edit in enumerate(applied_edits or []):
+            check_counts(edit, f"appliedEdits[{i}]", ("cleared_input_tokens",))
         ratio, reported, estimated = (
             self.calibration(self.session(session_id)).ratio(model),
             None,

@@ -105,3 +105,26 @@ class StoreUnavailable(StoreFailure):
     """The store could not be reached (a database connection lost mid-operation). Same wire
     code as `StoreFailure`, so clients need nothing new; `data.written` says whether the
     operation is known not to have landed (`false`) or could not be checked (`"unknown"`)."""
+
+
+class TooLarge(CompactdError):
+    """An input over one of the size limits (`limit` names the policy value)."""
+
+    kind = "too_large"
+
+    def __init__(self, what: str, limit: str, max_bytes: int, size: int | None = None) -> None:
+        over = f"{size:,} bytes, over" if size is not None else "over"
+        super().__init__(
+            f"{what} is {over} the {limit} limit of {max_bytes:,} bytes "
+            "(docs/security.md says how to raise it)",
+            limit=limit,
+            maxBytes=max_bytes,
+            bytes=size,
+        )
+
+
+class InvalidPath(CompactdError):
+    """A path the daemon will not read: not a regular file, a NUL byte, or a file a transcript
+    refers to outside its own folder."""
+
+    kind = "invalid_path"

@@ -6,6 +6,7 @@ Tiers read their numbers from a `Policy`; a session's `config` overrides any fie
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import attrs
@@ -59,6 +60,15 @@ COMPACTABLE_TOOLS: dict[str, tuple[str, ...]] = {
     "FileWrite": ("FileWrite", "Write", "write_file", "create", "create_file"),
 }
 
+# Input limits (docs/security.md): the most one request, one message and one imported file may
+# weigh. Generous for real work, small enough that no input can make the daemon hang on it.
+MAX_REQUEST_BYTES = 64 * 2**20
+"""One JSON-RPC message's body (its Content-Length)."""
+MAX_MESSAGE_BYTES = 16 * 2**20
+"""One message, node, tool result or function output, as stored (JSON bytes)."""
+MAX_IMPORT_BYTES = 256 * 2**20
+"""One transcript file `session/import` or `session/replay` reads (and each file it refers to)."""
+
 CLEARED_PLACEHOLDER = (
     "[Old tool result content cleared by compactd; the original is kept in the session graph.]"
 )
@@ -89,7 +99,7 @@ class Policy:
     microcompact_every: int = 25
     microcompact_keep_recent: int = 5
     microcompact_keep_last: int = 1  # the last resort before "cannot fit" keeps only these
-    idle_seconds: float = 90 * 60
+    idle_seconds: float = 90 * 60.0
     # "cache": on the Anthropic format the provider clears server-side (context editing), the
     # messages never change; other formats and the idle pass take the time path anyway.
     # "time": always the client-side placeholder
@@ -153,54 +163,149 @@ class Policy:
     recall_max_chars: int = 3800
     recall_list_max: int = 20  # a range marker lists this many of its results' handles
 
+    # Input limits (the daemon's defaults come from its environment; see docs/security.md)
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    max_import_bytes: int = MAX_IMPORT_BYTES
+    max_request_bytes: int = MAX_REQUEST_BYTES
+
 
 _FIELDS = {f.name: f for f in attrs.fields(Policy)}
+_DEFAULTS = Policy()
+
+# Fractions of the limit (or of a share) must lie in (0, 1]; counts that pace or size work
+# must be at least 1. Everything else numeric must be at least 0.
+_FRACTIONS = frozenset(
+    {
+        "cascade_threshold",
+        "cascade_target",
+        "collapse_block",
+        "manual_compact_advice",
+        "prepare_occupancy",
+        "microcompact_min_gain",
+        "reactive_margin",
+    }
+)
+_AT_LEAST_ONE = frozenset(
+    {
+        "microcompact_every",
+        "collapse_min_turns",
+        "collapse_max_turns",
+        "summary_max_tokens",
+        "summary_input_max_tokens",
+        "summary_max_calls",
+        "max_tool_result_chars",
+        "recall_max_chars",
+    }
+)
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "summary_provider": ("", "anthropic", "client", "digest"),
+    "microcompact_warm": ("economic", "defer", "apply"),
+    "microcompact_mode": ("time", "cache"),
+}
+
+
+def config_keys() -> list[str]:
+    """Every key a session config may hold, by its camelCase name (for help and errors)."""
+    return sorted(_camel(name) for name in _FIELDS)
 
 
 def policy_from_config(config: dict[str, Any] | None) -> Policy:
-    """A `Policy` with the session config's overrides (keys are field names, snake or camel)."""
+    """A `Policy` with the session config's overrides (keys are field names, snake or camel).
+
+    Loud on purpose: a misspelled key or a value out of range is an `InvalidConfig` naming the
+    key — silently ignoring `cascadeThresold` would leave the user wondering why nothing
+    changed."""
     if not config:
-        return Policy()
+        return _DEFAULTS
     overrides: dict[str, Any] = {}
     for key, value in config.items():
         name = _snake(key)
         if name not in _FIELDS:
-            continue
-        default = getattr(Policy(), name)
-        if isinstance(default, bool):
-            ok = isinstance(value, bool)
-        elif isinstance(default, int | float):
-            ok = isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
-        elif isinstance(default, tuple):
-            ok = isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
-            value = tuple(value) if ok else value
-        else:
-            ok = isinstance(value, type(default))
-        if not ok:
+            hint = difflib.get_close_matches(_camel(name), config_keys(), n=1)
             raise InvalidConfig(
-                f"config {key!r} has the wrong type ({type(value).__name__})", field=key
+                f"unknown config key {key!r}: "
+                + (f"did you mean {hint[0]!r}?" if hint else f"known: {', '.join(config_keys())}"),
+                field=key,
             )
-        overrides[name] = type(default)(value) if isinstance(default, float) else value
-    if overrides.get("summary_provider", "") not in ("", "anthropic", "client", "digest"):
+        overrides[name] = _checked(key, name, value)
+    if "cascade_target" in overrides or "cascade_threshold" in overrides:
+        target = overrides.get("cascade_target", _DEFAULTS.cascade_target)
+        threshold = overrides.get("cascade_threshold", _DEFAULTS.cascade_threshold)
+        if target > threshold:
+            raise InvalidConfig(
+                f"config 'cascadeTarget' ({target}) must not be above 'cascadeThreshold' "
+                f"({threshold})",
+                field="cascadeTarget",
+            )
+    low = overrides.get("collapse_min_turns", _DEFAULTS.collapse_min_turns)
+    if overrides.get("collapse_max_turns", _DEFAULTS.collapse_max_turns) < low:
         raise InvalidConfig(
-            "config 'summaryProvider' must be 'anthropic', 'client' or 'digest'",
-            field="summaryProvider",
+            "config 'collapseMaxTurns' must be at least 'collapseMinTurns'",
+            field="collapseMaxTurns",
         )
-    if overrides.get("microcompact_warm", "economic") not in ("economic", "defer", "apply"):
+    return attrs.evolve(_DEFAULTS, **overrides)
+
+
+def _checked(key: str, name: str, value: Any) -> Any:
+    """One override, type- and range-checked; returns it in the field's type."""
+    default = getattr(_DEFAULTS, name)
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int | float):
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if ok and isinstance(default, int) and not float(value).is_integer():
+            raise InvalidConfig(f"config {key!r} must be a whole number, got {value}", field=key)
+    elif isinstance(default, tuple):
+        ok = isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+        value = tuple(value) if ok else value
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
         raise InvalidConfig(
-            "config 'microcompactWarm' must be 'economic', 'defer' or 'apply'",
-            field="microcompactWarm",
+            f"config {key!r} has the wrong type ({type(value).__name__}, expected "
+            f"{type(default).__name__})",
+            field=key,
         )
-    if overrides.get("microcompact_mode", "cache") not in ("time", "cache"):
-        raise InvalidConfig(
-            "config 'microcompactMode' must be 'time' or 'cache'", field="microcompactMode"
-        )
-    return attrs.evolve(Policy(), **overrides)
+    if name in _FRACTIONS and not 0 < value <= 1:
+        raise InvalidConfig(f"config {key!r} must be in (0, 1], got {value}", field=key)
+    if name in _AT_LEAST_ONE and value < 1:
+        raise InvalidConfig(f"config {key!r} must be at least 1, got {value}", field=key)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+        raise InvalidConfig(f"config {key!r} must be at least 0, got {value}", field=key)
+    if name in _CHOICES and value not in _CHOICES[name]:
+        allowed = " or ".join(repr(c) for c in _CHOICES[name] if c)
+        raise InvalidConfig(f"config {_camel(name)!r} must be {allowed}", field=key)
+    if isinstance(default, float):
+        return float(value)
+    if isinstance(default, int) and not isinstance(default, bool):
+        return int(value)
+    return value
 
 
 def _snake(name: str) -> str:
     return "".join("_" + c.lower() if c.isupper() else c for c in name)
 
 
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
 def is_compactable(policy: Policy, tool_name: str | None) -> bool:
     return tool_name is not None and tool_name in policy.compactable_tools
+
+
+DAEMON_WIDE = ("max_message_bytes", "max_import_bytes", "max_request_bytes")
+"""Policy values that protect the daemon itself: set for the whole daemon (its environment,
+`docs/security.md`), never by one session's config."""
+
+
+def check_session_config(config: dict[str, Any]) -> None:
+    """A session config may not set a daemon-wide limit."""
+    for key in config:
+        if _snake(key) in DAEMON_WIDE:
+            raise InvalidConfig(
+                f"config {key!r} is a daemon-wide limit; set it in the daemon's environment "
+                f"(COMPACTD_{_snake(key).upper()})",
+                field=key,
+            )

@@ -498,6 +498,8 @@ def replay(
                     "reason": e.reason,
                     "tokensBefore": e.tokens_before,
                     "tokensAfter": e.tokens_after,
+                    # a summary provider that failed: the CLI's table and exit code say so
+                    **({"failed": True} if e.details.get("failed") else {}),
                 }
                 for e in events
             ],

@@ -25,6 +25,7 @@ from .errors import (
     InvalidPairing,
     PendingToolResults,
     StoreFailure,
+    UnknownBranch,
 )
 from .graph import EXPOSE_MODES, Graph, Node
 from .store import SESSION_ID_RE, LoadReport, Store, check_session_id
@@ -258,7 +259,7 @@ class Session:
     # ---- branches --------------------------------------------------------------------------
 
     def create_branch(self, name: str, from_node: str | None = None) -> str | None:
-        if not isinstance(name, str) or not SESSION_ID_RE.match(name):
+        if not isinstance(name, str) or not SESSION_ID_RE.fullmatch(name):
             raise InvalidContent(f"invalid branch name {name!r}", field="name")
         out: dict[str, str | None] = {}
 
@@ -281,6 +282,14 @@ class Session:
         return out["head"]
 
     def checkout(self, name: str) -> str | None:
+        # checked before anything else: `""` would fall back to the current branch below
+        if not isinstance(name, str) or not SESSION_ID_RE.fullmatch(name):
+            raise UnknownBranch(
+                f"session {self.id} has no branch {name!r}",
+                branch=name if isinstance(name, str) else repr(name),
+                branches=sorted(self.graph.branches),
+            )
+
         def build(g: Graph, seq: int, now: float) -> list[dict[str, Any]]:
             g.head(name)  # raises UnknownBranch
             if g.current_branch == name:
@@ -501,7 +510,7 @@ def _plan_append(
             )
         node_id = spec.node_id
         if node_id is not None:
-            if not SESSION_ID_RE.match(node_id):
+            if not SESSION_ID_RE.fullmatch(node_id):
                 raise InvalidContent(f"invalid node id {node_id!r}", nodeId=node_id)
             if node_id in g.nodes or node_id in taken:
                 raise InvalidGraph(f"duplicate node id {node_id!r}", nodeId=node_id)

@@ -10,9 +10,12 @@ rewritten.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import os
 import re
+import stat
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,11 +25,16 @@ import orjson
 import platformdirs
 from filelock import FileLock, Timeout
 
-from .errors import InvalidContent, InvalidSessionId, StoreFailure, UnknownSession
+from .errors import InvalidContent, InvalidSessionId, StoreFailure, TooLarge, UnknownSession
+from .policy import MAX_MESSAGE_BYTES
 
-SESSION_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+log = logging.getLogger("compactd.store")
+
+SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+"""Always used with `fullmatch`: `$` would also match before a trailing newline (`"a\\n"`)."""
 LOG_SUFFIX = ".jsonl"
 LOCK_TIMEOUT_SECONDS = 10.0
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # logs and locks are never opened through a symlink
 TORN_SEAL = b" [torn]\n"
 """Ends a torn tail before the next append. A bare newline is not enough: a crash between an
 event's last byte and its newline leaves a whole JSON object, which a newline would turn back
@@ -42,9 +50,27 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir("compactd", appauthor=False))
 
 
+def make_private_dirs(folder: Path) -> None:
+    """`mkdir -p` where each folder created is 0700; existing folders are left as they are."""
+    missing: list[Path] = []
+    for candidate in (folder, *folder.parents):
+        if candidate.is_dir():
+            break
+        missing.append(candidate)
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            if not path.is_dir():
+                raise
+            continue  # another process made it first: theirs, leave its mode alone
+        os.chmod(path, 0o700)  # ours: the umask may have taken bits away, never adds any
+
+
 def check_session_id(session_id: Any) -> str:
     """A session id that can only ever name a file inside the data dir."""
-    if not isinstance(session_id, str) or not SESSION_ID_RE.match(session_id) or ".." in session_id:
+    well_formed = isinstance(session_id, str) and SESSION_ID_RE.fullmatch(session_id)
+    if not well_formed or ".." in session_id:
         raise InvalidSessionId(
             f"invalid session id {session_id!r}: use 1-128 letters, digits, '_', '-' or '.', "
             "starting with a letter or digit",
@@ -78,8 +104,11 @@ class LoadReport:
 class Store:
     """Session logs under `root/sessions/`."""
 
-    def __init__(self, root: Path | str | None = None) -> None:
+    def __init__(
+        self, root: Path | str | None = None, max_event_bytes: int = MAX_MESSAGE_BYTES
+    ) -> None:
         self.root = Path(root) if root is not None else default_data_dir()
+        self.max_event_bytes = max_event_bytes  # the policy's maxMessageBytes
         self.sessions_dir = self.root / "sessions"
         self._locks: dict[str, FileLock] = {}
         self._claims: dict[str, FileLock] = {}
@@ -94,12 +123,13 @@ class Store:
     # ---- paths ---------------------------------------------------------------------------
 
     def ensure_dirs(self) -> None:
-        for folder in (self.root, self.sessions_dir):
-            try:
-                folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-                os.chmod(folder, 0o700)
-            except OSError as exc:
-                raise StoreFailure(f"cannot create data dir {folder}: {exc.strerror}") from exc
+        """Create what is missing of the data dir, every new folder 0700 (parents too, whatever
+        the umask). A folder that exists keeps its mode: it may be shared on purpose."""
+        try:
+            make_private_dirs(self.sessions_dir)
+        except OSError as exc:
+            # the path is the user's own but stays out of errors a client may show anywhere
+            raise StoreFailure(f"cannot create the data dir: {exc.strerror}") from exc
 
     def log_path(self, session_id: str) -> Path:
         return self.sessions_dir / f"{check_session_id(session_id)}{LOG_SUFFIX}"
@@ -118,11 +148,25 @@ class Store:
             name = entry.name
             if name.endswith(LOG_SUFFIX) and not name.startswith("."):
                 sid = name[: -len(LOG_SUFFIX)]
-                if SESSION_ID_RE.match(sid):
+                if SESSION_ID_RE.fullmatch(sid):
                     out.append(sid)
         return sorted(out)
 
     # ---- locking -------------------------------------------------------------------------
+
+    def _make_lock_file(self, session_id: str) -> Path:
+        """The session's lock file, created if missing (0600), never through a symlink: one
+        there could make or touch a file anywhere."""
+        lock_file = self.lock_path(session_id)
+        try:
+            fd = os.open(lock_file, os.O_CREAT | os.O_WRONLY | _NOFOLLOW | os.O_NONBLOCK, 0o600)
+            os.close(fd)
+        except OSError as exc:
+            raise StoreFailure(
+                f"session {session_id}: its lock file cannot be opened ({exc.strerror})",
+                sessionId=session_id,
+            ) from None
+        return lock_file
 
     @contextlib.contextmanager
     def locked(self, session_id: str) -> Iterator[None]:
@@ -130,19 +174,24 @@ class Store:
         lock = self._locks.get(session_id)
         if lock is None:
             self.ensure_dirs()
-            lock_file = self.lock_path(session_id)
-            if not lock_file.exists():
-                fd = os.open(lock_file, os.O_CREAT | os.O_WRONLY, 0o600)
-                os.close(fd)
+            lock_file = self._make_lock_file(session_id)
             lock = FileLock(str(lock_file), timeout=LOCK_TIMEOUT_SECONDS, mode=0o600)
             self._locks[session_id] = lock  # one lock object per session: building one is slow
         try:
-            with lock:
-                yield
+            lock.acquire()
         except Timeout as exc:
             raise StoreFailure(
                 f"session {session_id} is locked by another writer", sessionId=session_id
             ) from exc
+        except OSError as exc:  # filelock refuses a lock file that became a symlink (ELOOP)
+            raise StoreFailure(
+                f"session {session_id}: its lock file cannot be used ({exc.strerror})",
+                sessionId=session_id,
+            ) from None
+        try:
+            yield
+        finally:
+            lock.release()
 
     def forget(self, session_id: str) -> None:
         """Drop the session's lock objects (an evicted session holds nothing)."""
@@ -170,15 +219,38 @@ class Store:
 
     async def watch(self) -> AsyncIterator[str]:
         """Ids of sessions whose logs changed on disk (ours included; readers skip what they
-        already applied)."""
+        already applied). The watch is set up again whenever the sessions folder is removed
+        or replaced (a recreated data dir is a new folder the old watch would never see
+        change; the next write recreates it), and then `""` says anything may have changed."""
         from watchfiles import awatch
 
         self.ensure_dirs()
-        async for changes in awatch(self.sessions_dir, debounce=20, step=10, recursive=False):
-            for _change, path in changes:
-                name = Path(path).name
-                if name.endswith(LOG_SUFFIX) and not name.startswith("."):
-                    yield name[: -len(LOG_SUFFIX)]
+        folder = self.sessions_dir
+        first = True
+        while True:
+            identity = _identity(folder)
+            if identity is None:
+                await asyncio.sleep(WATCH_CHECK_SECONDS)
+                continue
+            if not first:
+                yield ""
+            first = False
+            stop = asyncio.Event()
+            guard = asyncio.ensure_future(_until_replaced(folder, identity, stop))
+            try:
+                async for changes in awatch(
+                    folder, debounce=20, step=10, recursive=False, stop_event=stop
+                ):
+                    for _change, path in changes:
+                        name = Path(path).name
+                        if name.endswith(LOG_SUFFIX) and not name.startswith("."):
+                            yield name[: -len(LOG_SUFFIX)]
+            except Exception as exc:  # the folder vanished under the watch, …
+                log.info("the watch on the sessions folder ended (%s); watching it again", exc)
+            finally:
+                guard.cancel()
+            if not stop.is_set():
+                await asyncio.sleep(WATCH_CHECK_SECONDS)  # ended on its own: do not spin
 
     # ---- reading -------------------------------------------------------------------------
 
@@ -189,15 +261,21 @@ class Store:
         reported, not returned, and `end_offset` stops before it."""
         path = self.log_path(session_id)
         try:
-            with open(path, "rb") as fh:
-                fh.seek(offset)
-                data = fh.read()
+            fd = os.open(path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
-            raise UnknownSession(
-                f"no session {session_id!r} in {self.sessions_dir}", sessionId=session_id
-            ) from None
+            raise UnknownSession(f"no session {session_id!r}", sessionId=session_id) from None
         except OSError as exc:
             raise StoreFailure(f"cannot read session {session_id}: {exc.strerror}") from exc
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise StoreFailure(f"the log of session {session_id} is not a regular file")
+            with open(fd, "rb", closefd=False) as fh:
+                fh.seek(offset)
+                data = fh.read()
+        except OSError as exc:
+            raise StoreFailure(f"cannot read session {session_id}: {exc.strerror}") from exc
+        finally:
+            os.close(fd)
         report = LoadReport(end_offset=offset)
         events: list[dict[str, Any]] = []
         complete_end = data.rfind(b"\n") + 1
@@ -227,10 +305,12 @@ class Store:
 
     def create(self, session_id: str, events: list[dict[str, Any]]) -> int:
         """Create a new log holding `events`; fails if the session exists. Returns the size."""
+        payload = self._encode(events)  # refused content leaves no empty log behind
         self.ensure_dirs()
         path = self.log_path(session_id)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | _NOFOLLOW
+            fd = os.open(path, flags, 0o600)
         except FileExistsError:
             raise StoreFailure(
                 f"session {session_id} already exists", sessionId=session_id
@@ -238,31 +318,37 @@ class Store:
         except OSError as exc:
             raise StoreFailure(f"cannot create session {session_id}: {exc.strerror}") from exc
         try:
-            size = self._write(fd, events)
+            size = self._write(fd, payload)
         finally:
             os.close(fd)
+        # the lock is born with the log, so a later refused write creates no file either
+        self._make_lock_file(session_id)
         self._sync_dir()
         return size
 
     def append(self, session_id: str, events: list[dict[str, Any]]) -> int:
         """Append `events` (caller holds `locked`); returns the log size after the append.
         Returns only once the bytes are on disk."""
+        payload = self._encode(events)
         path = self.log_path(session_id)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_APPEND)
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | _NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             raise UnknownSession(f"no session {session_id!r}", sessionId=session_id) from None
         except OSError as exc:
             raise StoreFailure(f"cannot open session {session_id}: {exc.strerror}") from exc
         try:
-            size = os.fstat(fd).st_size
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise StoreFailure(f"the log of session {session_id} is not a regular file")
+            size = info.st_size
             prefix = b""
             if size:
                 last = os.pread(fd, 1, size - 1)
                 if last != b"\n":  # seal a torn tail so it stays one bad line
                     prefix = TORN_SEAL
             try:
-                return self._write(fd, events, prefix)
+                return self._write(fd, prefix + payload)
             except StoreFailure:
                 # never leave part of an unacknowledged append behind
                 with contextlib.suppress(OSError):
@@ -271,12 +357,22 @@ class Store:
         finally:
             os.close(fd)
 
+    def _encode(self, events: list[dict[str, Any]]) -> bytes:
+        """The events as log lines, or a typed error before anything is opened: content that
+        JSON cannot hold, or one event (a message, a tool result, …) over `max_event_bytes`."""
+        lines = []
+        for event in events:
+            try:
+                line = orjson.dumps(event)
+            except orjson.JSONEncodeError as exc:  # e.g. nested deeper than JSON can be written
+                raise InvalidContent(f"this content cannot be stored: {exc}") from None
+            if len(line) > self.max_event_bytes:
+                raise TooLarge("one message", "maxMessageBytes", self.max_event_bytes, len(line))
+            lines.append(line)
+        return b"".join(line + b"\n" for line in lines)
+
     @staticmethod
-    def _write(fd: int, events: list[dict[str, Any]], prefix: bytes = b"") -> int:
-        try:
-            payload = prefix + b"".join(orjson.dumps(e) + b"\n" for e in events)
-        except orjson.JSONEncodeError as exc:  # e.g. nested deeper than JSON can be written
-            raise InvalidContent(f"this content cannot be stored: {exc}") from None
+    def _write(fd: int, payload: bytes) -> int:
         try:
             view = memoryview(payload)
             while view:
@@ -315,3 +411,22 @@ class Store:
     def unchanged(self, session_id: str, offset: int) -> bool:
         """Nothing past byte `offset`: one `stat`, where a read opened the file."""
         return bool(offset) and self.size(session_id) == offset
+
+
+WATCH_CHECK_SECONDS = 1.0
+"""How often the watch checks that the folder it watches is still the data dir's."""
+
+
+def _identity(folder: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(folder)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino)
+
+
+async def _until_replaced(folder: Path, identity: tuple[int, int], stop: asyncio.Event) -> None:
+    while _identity(folder) == identity:
+        await asyncio.sleep(WATCH_CHECK_SECONDS)
+    log.info("the sessions folder was removed or replaced; watching it again")
+    stop.set()

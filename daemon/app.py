@@ -42,6 +42,10 @@ class Settings:
     summary_provider: str | None = None
     summary_model: str | None = None
     summarize_timeout_seconds: float = 120.0
+    # daemon-wide input limits by policy field name (max_request_bytes, …; docs/security.md)
+    limits: dict[str, int] = attrs.field(factory=dict)
+    # session config for sessions without their own value (`serve --set/--config`)
+    config: dict[str, Any] = attrs.field(factory=dict)
 
 
 def settle() -> None:
@@ -56,7 +60,7 @@ class App:
     def __init__(self, server: Front, settings: Settings) -> None:
         self.server = server
         self.settings = settings
-        defaults: dict[str, Any] = {}
+        defaults: dict[str, Any] = {**settings.config, **settings.limits}
         if settings.idle_seconds is not None:
             defaults["idle_seconds"] = settings.idle_seconds
         store = open_store(settings.store_url, settings.data_dir, log=self.store_said)

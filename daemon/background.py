@@ -65,11 +65,8 @@ async def idle_loop(app: App) -> None:
                 session = app.engine.sessions.get(sid)
                 if session is None:
                     continue
-                with app.engine.store.claim(sid) as mine:
-                    if mine:
-                        session.catch_up()  # the file store: a stat when nothing changed
-                        _run_idle(app, session)
-                        prepare_if_idle(app, session)
+                run_idle_if_due(app, session)  # under the store's claim
+                prepare_if_idle(app, session)
         except Exception:
             log.exception("idle check failed")
 
@@ -89,8 +86,11 @@ def prepare_if_idle(app: App, session: Session) -> None:
 
 
 async def _prepare(app: App, session_id: str, params: Any) -> None:
+    """Under the store's claim, so two daemons on one store never prepare the same range."""
     try:
-        await prepare_summary(app, session_id, params)
+        with app.engine.store.claim(session_id) as mine:
+            if mine:
+                await prepare_summary(app, session_id, params)
     except Exception:
         log.exception("preparing a summary for %s failed", session_id)
     finally:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from ..context.engine import Engine, RenderParams
 from ..context.errors import InvalidContent, ProviderFailure
+from ..context.policy import policy_from_config
 from ..context.render.request import Rendered
 from ..context.replay import ReplayOptions, replay
 from ..context.store import Store
@@ -178,7 +179,9 @@ async def replay_transcript(app: App, p: ReplayParams) -> dict[str, Any]:
     are not touched), answering summary requests with the chosen provider."""
     from ..context.importers import load_transcript
 
-    sessions = load_transcript(p.path)
+    policy_from_config(p.config)  # a misspelled knob fails before minutes of replay
+    # read in a worker thread, as an import is: the loop keeps answering meanwhile
+    sessions = await asyncio.to_thread(load_transcript, p.path, app.engine.limits.max_import_bytes)
     if not 0 <= p.index < len(sessions):
         raise InvalidContent(
             f"the transcript holds {len(sessions)} session(s); index {p.index} does not exist",

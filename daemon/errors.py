@@ -7,10 +7,10 @@ from typing import Any
 
 from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams
 
-from ..context.errors import CompactdError
+from ..context.errors import CompactdError, TooLarge
 from ..protocol.convert import ParamsError
 from ..protocol.errors import code_for
-from .wire import plain
+from .wire import INTERNAL_MESSAGE, plain
 
 
 class CompactdRpcError(JsonRpcException):
@@ -20,6 +20,12 @@ class CompactdRpcError(JsonRpcException):
         # `kind` is the error's stable name (protocol/errors.py); an engine detail that happens
         # to be called `kind` (a node kind) must not replace it — the message names it anyway
         super().__init__(message=message, code=code_for(kind), data={**(data or {}), "kind": kind})
+
+
+def too_large(limit: str, max_bytes: int, size: int | None = None) -> CompactdRpcError:
+    """The error for an input over a size limit, as the engine's `TooLarge` words it."""
+    exc = TooLarge("the request", limit, max_bytes, size)
+    return CompactdRpcError(exc.kind, exc.message, _jsonable(exc.data))
 
 
 def to_rpc_error(exc: BaseException) -> JsonRpcException:
@@ -32,7 +38,7 @@ def to_rpc_error(exc: BaseException) -> JsonRpcException:
     if isinstance(exc, CompactdError):
         return CompactdRpcError(exc.kind, exc.message, _jsonable(exc.data))
     return JsonRpcInternalError(
-        message="internal error in compactd (details are in the daemon's log)",
+        message=INTERNAL_MESSAGE,
         data={"kind": "internal_error", "type": type(exc).__name__},
     )
 

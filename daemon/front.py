@@ -23,6 +23,7 @@ import orjson
 
 from ..protocol.convert import unstructure
 from .rpc import encode_fallback
+from .wire import clean_error
 
 if TYPE_CHECKING:
     from .server import CompactdServer
@@ -40,6 +41,7 @@ class Front:
         self.real: CompactdServer | None = None
         self.writer: Any = None
         self._exit_event: asyncio.Event | None = None
+        self._exit_code: int | None = None
         self._running: dict[Any, asyncio.Task[None]] = {}
 
     # ---- what handlers and the app use -------------------------------------------------------
@@ -87,7 +89,14 @@ class Front:
 
     @property
     def exit_code(self) -> int | None:
-        return self.real.exit_code if self.real is not None else None
+        return self.real.exit_code if self.real is not None else self._exit_code
+
+    def request_exit(self, code: int) -> None:
+        if self.real is not None:
+            self.real.request_exit(code)
+            return
+        self._exit_code = code
+        self.exit_event().set()
 
     def load(self) -> CompactdServer:
         """The pygls server, built on first need with every handler registered so far."""
@@ -163,6 +172,8 @@ class Front:
             return
         if self.writer is None:
             return
+        if isinstance(message.get("error"), dict):
+            message = {**message, "error": clean_error(message["error"])}
         try:
             body = orjson.dumps(message, default=encode_fallback)
         except Exception:

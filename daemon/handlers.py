@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
+from ..context.budget import known_model, model_spec
 from ..context.engine import RenderParams as EngineRenderParams
 from ..context.policy import policy_from_config
 from ..context.recall import recall
@@ -13,12 +15,12 @@ from ..context.visibility import ViewOptions
 from ..protocol import methods as m
 from ..protocol import types as t
 from .app import App
-from .compaction import compact, render_with_cascade, replay_transcript
+from .compaction import compact, progress, render_with_cascade, replay_transcript
 from .rpc import rpc
+from .wire import compaction_event, render_tokens
 
 if TYPE_CHECKING:
     from .server import CompactdServer
-from .wire import event_json
 
 
 def engine_params(p: t.RenderParams | t.CompactParams | t.SnipParams) -> EngineRenderParams:
@@ -45,6 +47,17 @@ def engine_params(p: t.RenderParams | t.CompactParams | t.SnipParams) -> EngineR
     return EngineRenderParams(view=view, spec=spec)
 
 
+def assumptions(p: t.RenderParams) -> list[str]:
+    """What the budget assumed that the client did not say: an unknown model's window."""
+    if p.model and p.window is None and not known_model(p.model):
+        spec = model_spec(p.model)
+        return [
+            f"unknown model {p.model!r}: assumed a {spec.window:,}-token window and "
+            f"{spec.max_output:,} output tokens (pass window and maxOutputTokens to say)"
+        ]
+    return []
+
+
 def register(server: Any, app: App) -> None:
     engine = app.engine
 
@@ -59,8 +72,24 @@ def register(server: Any, app: App) -> None:
     def session_list(ls: CompactdServer, p: t.ListParams) -> t.ListResult:
         out = []
         for sid in engine.list():
+            if p.prefix is not None and not sid.startswith(p.prefix):
+                continue
             stat = engine.store.stat(sid)
-            out.append(t.SessionInfo(sid, stat.size, stat.mtime, sid in engine.sessions))
+            loaded = sid in engine.sessions
+            summary = engine.summary(sid, (stat.size, stat.mtime))
+            out.append(
+                t.SessionInfo(
+                    sid,
+                    stat.size,
+                    stat.mtime,
+                    loaded,
+                    source=summary.source,
+                    title=summary.title,
+                    turns=summary.turns,
+                    tokens=summary.tokens,
+                )
+            )
+        out.sort(key=lambda info: (-info.modified, info.session_id))  # newest first
         return t.ListResult(out)
 
     @rpc(server, m.SESSION_GET)
@@ -120,9 +149,14 @@ def register(server: Any, app: App) -> None:
         return t.BranchResult(p.branch, session.checkout(p.branch))
 
     @rpc(server, m.SESSION_IMPORT)
-    def session_import(ls: CompactdServer, p: t.ImportParams) -> t.ImportResult:
-        ids, warnings = engine.import_file(p.path)
-        return t.ImportResult(ids, warnings)
+    async def session_import(ls: CompactdServer, p: t.ImportParams) -> t.ImportResult:
+        async with progress(app, p.work_done_token, "compactd: importing") as report:
+            report(p.path)
+            # read and written in a worker thread: a big transcript never holds up the loop
+            sessions, outcome = await asyncio.to_thread(engine.import_sessions, p.path, new=p.new)
+        for session in sessions:
+            engine.sessions[session.id] = session
+        return t.ImportResult(outcome.session_ids, outcome.warnings, outcome.existing)
 
     @rpc(server, m.CONTEXT_RENDER)
     async def context_render(ls: CompactdServer, p: t.RenderParams) -> t.RenderResult:
@@ -141,9 +175,10 @@ def register(server: Any, app: App) -> None:
         app.touch(session)
         return t.RenderResult(
             rendered.request,
-            rendered.tokens(),
-            [event_json(e) for e in events],
+            render_tokens(rendered.tokens()),
+            [compaction_event(e) for e in events],
             rendered.headers,
+            assumptions(p),
         )
 
     @rpc(server, m.CONTEXT_MEASURE)
@@ -162,6 +197,7 @@ def register(server: Any, app: App) -> None:
             advice=engine.measure_advice(session, rendered),
             turns=tokens["turns"],
             turns_shown=tokens["turnsShown"],
+            warnings=assumptions(p),
         )
 
     @rpc(server, m.CONTEXT_COMPACT)

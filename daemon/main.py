@@ -7,9 +7,11 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
-from ..context.errors import CompactdError
+from ..context.errors import CompactdError, InvalidConfig
+from ..context.policy import policy_from_config
 from ..context.store import default_data_dir
 from . import background
 from .app import App, Settings
@@ -35,10 +37,17 @@ def settings_from(args: argparse.Namespace) -> Settings:
         raise SystemExit(
             f"compactd: unknown summary provider {provider!r} (use one of {', '.join(PROVIDERS)})"
         )
+    config = dict(getattr(args, "session_config", None) or {})
+    try:
+        policy_from_config(config)
+    except InvalidConfig as exc:  # before anything starts: the user mistyped a knob
+        print(f"compactd: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     idle = args.idle_seconds
     if idle is None and env.get("COMPACTD_IDLE_SECONDS"):
         idle = float(env["COMPACTD_IDLE_SECONDS"])
     return Settings(
+        limits=limits_from(env),
         data_dir=Path(args.data_dir) if args.data_dir else default_data_dir(),
         store_url=args.store or env.get("COMPACTD_STORE") or None,
         idle_seconds=idle,
@@ -47,7 +56,33 @@ def settings_from(args: argparse.Namespace) -> Settings:
         summary_provider=provider,
         summary_model=args.summary_model or env.get("COMPACTD_SUMMARY_MODEL") or None,
         summarize_timeout_seconds=args.summarize_timeout,
+        config=config,
     )
+
+
+LIMIT_VARIABLES = {
+    "COMPACTD_MAX_REQUEST_BYTES": "max_request_bytes",
+    "COMPACTD_MAX_MESSAGE_BYTES": "max_message_bytes",
+    "COMPACTD_MAX_IMPORT_BYTES": "max_import_bytes",
+}
+
+
+def limits_from(env: Mapping[str, str]) -> dict[str, int]:
+    """The input limits the environment sets (docs/security.md); a bad value stops start-up
+    with a message rather than being ignored."""
+    limits = {}
+    for variable, field in LIMIT_VARIABLES.items():
+        text = env.get(variable)
+        if not text:
+            continue
+        try:
+            value = int(text)
+        except ValueError:
+            value = -1
+        if value <= 0:
+            raise SystemExit(f"compactd: {variable} must be a positive number of bytes")
+        limits[field] = value
+    return limits
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -69,6 +104,14 @@ def serve(args: argparse.Namespace) -> int:
         print(f"compactd: {exc}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(serve_stdio(server, background=background.start(app)))
+        return asyncio.run(
+            serve_stdio(
+                server,
+                background=background.start(app),
+                max_request_bytes=app.engine.limits.max_request_bytes,
+            )
+        )
+    except KeyboardInterrupt:  # Ctrl-C on a daemon started by hand: a quiet 130
+        return 130
     finally:
         app.engine.store.close()

@@ -30,6 +30,7 @@ from ..protocol.convert import unstructure
 from .errors import CompactdRpcError
 from .rpc import encode_fallback as _fallback
 from .rpc import rpc
+from .wire import clean_error
 
 log = logging.getLogger("compactd.daemon")
 
@@ -75,6 +76,8 @@ class CompactdProtocol(LanguageServerProtocol):
                 data = {"jsonrpc": data.jsonrpc, "method": data.method, "params": data.params}
             elif hasattr(data, "__attrs_attrs__"):
                 data = self._converter.unstructure(data)
+            if isinstance(data, dict) and isinstance(data.get("error"), dict):
+                data = {**data, "error": clean_error(data["error"])}
             body = orjson.dumps(data, default=_fallback)
         except Exception:
             log.exception("cannot encode a reply")

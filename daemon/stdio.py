@@ -2,9 +2,12 @@
 
 Reading stdin through an `asyncio.StreamReader` avoids pygls' per-line thread hop (~3×
 lower latency) and lets background tasks (idle timers, the store watcher) run from the first
-moment. Bodies are parsed with orjson once, at the top level only. Broken framing is logged
-and skipped; a body that is not JSON is answered with a −32700 error (id null); nothing is
-ever shown to the user as a `window/showMessage`.
+moment. Bodies are parsed with orjson once, at the top level only. A frame that cannot be read
+is answered (−32700 `invalid_framing`, or 4014 `too_large`, id null) and the reader
+re-synchronizes on the next `Content-Length` header (`FrameReader`): it is never left deaf. A
+body that is not JSON is answered with −32700 (id null); a request whose id is not a JSON-RPC
+id gets −32600 and is not run. Nothing is ever shown to the user as a `window/showMessage`.
+Any stdin works: a pipe, a file, a terminal, `/dev/null`, or none at all (EOF: exit 0).
 """
 
 from __future__ import annotations
@@ -12,17 +15,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import re
+import stat
 import sys
-from typing import Any, BinaryIO
+import threading
+from typing import TYPE_CHECKING, Any, BinaryIO
 
+import attrs
 import orjson
 
+from ..context.policy import MAX_REQUEST_BYTES
+from ..protocol.types import METHODS
 from .front import Front
 
+if TYPE_CHECKING:
+    from pygls.exceptions import JsonRpcException
+
 log = logging.getLogger("compactd.daemon.stdio")
-MAX_BODY_BYTES = 256 * 1024 * 1024
 PIPE_BYTES = 1024 * 1024
-_PUMPS: set[asyncio.Future[None]] = set()
+READ_CHUNK = 1024 * 1024
+MAX_HEADER_BYTES = 64 * 1024
+"""A header block longer than this is not LSP framing (real ones are under 100 bytes)."""
+MAX_SAFE_ID = 2**53 - 1
+_LENGTH_NAME = b"content-length:"
+_LENGTH_HEADER = re.compile(re.escape(_LENGTH_NAME), re.IGNORECASE)
+_HEADER_END = re.compile(rb"\r?\n\r?\n")
 
 
 class _Writer:
@@ -43,98 +61,250 @@ class _Writer:
             self.stream.flush()
 
 
-async def _open_reader(stdin: BinaryIO) -> asyncio.StreamReader:
+def _is_pipe(stdin: BinaryIO) -> bool:
+    """Only pipes and sockets go to the event loop: epoll refuses regular files and some
+    character devices (`/dev/null`), and a terminal is better read by a thread."""
+    try:
+        mode = os.fstat(stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+async def _open_reader(stdin: BinaryIO | None) -> asyncio.StreamReader:
+    """A reader over stdin; a closed or missing stdin is an immediate EOF."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=1024 * 1024)
-    try:
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
-    except (ValueError, OSError):
-        # not a pipe (a regular file, some Windows consoles): feed the reader from a thread
-        async def pump() -> None:
-            while True:
-                chunk = await loop.run_in_executor(
-                    None, stdin.read1 if hasattr(stdin, "read1") else stdin.read, 65536
-                )  # type: ignore[attr-defined]
-                if not chunk:
-                    reader.feed_eof()
-                    return
-                reader.feed_data(chunk)
+    if stdin is None:
+        reader.feed_eof()
+        return reader
+    if _is_pipe(stdin):
+        try:
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
+            return reader
+        except (ValueError, OSError):
+            pass
 
-        _PUMPS.add(asyncio.ensure_future(pump()))
+    # a regular file, a terminal, /dev/null, …: a daemon thread feeds the reader (a blocked
+    # read in an executor thread would hold up the process's exit)
+    read = getattr(stdin, "read1", stdin.read)
+
+    def pump() -> None:
+        while True:
+            try:
+                chunk = read(READ_CHUNK)
+            except (OSError, ValueError):
+                chunk = b""
+            if not chunk:
+                loop.call_soon_threadsafe(reader.feed_eof)
+                return
+            loop.call_soon_threadsafe(reader.feed_data, chunk)
+
+    threading.Thread(target=pump, name="compactd-stdin", daemon=True).start()
     return reader
 
 
-def dispatch(server: Any, body: bytes) -> None:
-    """Parse one message body and hand it to the protocol, answering what it cannot. Until
-    pygls is loaded, the front answers compactd's own requests itself (`daemon.front`)."""
-    if isinstance(server, Front) and (not server.loaded or server.busy):
-        try:
-            if server.take(orjson.loads(body)):
-                return
-        except orjson.JSONDecodeError:
-            pass  # pygls' path answers it
-    from pygls.exceptions import JsonRpcException, JsonRpcInvalidRequest, JsonRpcParseError
+def valid_id(value: Any) -> bool:
+    """JSON-RPC 2.0 ids: a string, null, or an integer a JavaScript peer can hold exactly."""
+    if value is None or isinstance(value, str):
+        return True
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_SAFE_ID
 
-    protocol = server.protocol
+
+def _invalid(server: Any, msg_id: Any, message: str) -> None:
+    from pygls.exceptions import JsonRpcInvalidRequest
+
+    error = JsonRpcInvalidRequest(message=f"Invalid request: {message}")
+    server.protocol.send_error(msg_id, error)
+
+
+def dispatch(server: Any, body: bytes) -> None:
+    """Parse one message body and hand it to the protocol, answering what it cannot. A
+    request the daemon cannot answer by its own id is refused before it runs. Until pygls is
+    loaded, the front answers compactd's own requests itself (`daemon.front`); pygls' types
+    are imported only on its path."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        protocol.send_error(None, JsonRpcParseError(message=f"Parse error: {exc}"))
+        from pygls.exceptions import JsonRpcParseError
+
+        server.protocol.send_error(None, JsonRpcParseError(message=f"Parse error: {exc}"))
         return
-    if not isinstance(data, dict) or data.get("jsonrpc") != "2.0":
-        msg_id = data.get("id") if isinstance(data, dict) else None
-        protocol.send_error(
-            msg_id, JsonRpcInvalidRequest(message="Invalid request: expected a JSON-RPC 2.0 object")
-        )
+    if not isinstance(data, dict):
+        _invalid(server, None, "expected a JSON-RPC 2.0 object")
         return
-    if "method" in data and not isinstance(data["method"], str):
-        protocol.send_error(
-            data.get("id"),
-            JsonRpcInvalidRequest(message="Invalid request: 'method' must be a string"),
-        )
+    has_id = "id" in data
+    msg_id = data.get("id")
+    if has_id and not valid_id(msg_id):
+        _invalid(server, None, "'id' must be a string, null or an integer within ±(2^53-1)")
         return
+    if data.get("jsonrpc") != "2.0":
+        _invalid(server, msg_id, "expected a JSON-RPC 2.0 object")
+        return
+    if "method" in data:
+        method = data["method"]
+        if not isinstance(method, str):
+            _invalid(server, msg_id, "'method' must be a string")
+            return
+        if method in METHODS and data.get("params", None) in (None, []):
+            data["params"] = {}  # `{}`, `[]`, `null` and omitted all mean "no arguments"
+    elif not has_id:
+        _invalid(server, None, "neither a request, a notification nor a response")
+        return
+    elif "result" not in data and "error" not in data:
+        _invalid(server, msg_id, "a response needs 'result' or 'error'; a request 'method'")
+        return
+    if isinstance(server, Front) and (not server.loaded or server.busy) and server.take(data):
+        return
+    from pygls.exceptions import JsonRpcException
+
+    protocol = server.protocol
     try:
         message = protocol.structure_message(data)
     except JsonRpcException as exc:
-        if "id" in data and "method" in data:
-            protocol.send_error(data["id"], exc)
+        if has_id and "method" in data:
+            protocol.send_error(msg_id, exc)
         else:
             log.warning("dropping a malformed message: %s", exc)
         return
     protocol.handle_message(message)
 
 
-async def read_messages(server: Any, reader: asyncio.StreamReader) -> None:
-    """LSP framing: headers, a blank line, a body of Content-Length bytes."""
-    while True:
-        length: int | None = None
+@attrs.frozen
+class BadFrame:
+    """A frame that cannot be read: answered (id null), then the reader re-synchronizes."""
+
+    error: JsonRpcException
+
+
+class FrameReader:
+    """LSP framing over a byte stream, never deaf: headers up to a blank line, then a body of
+    exactly `Content-Length` bytes. A header block without one usable length (missing,
+    not a number, negative, over the limit, or headers that never end) is reported as a
+    `BadFrame`; the reader then drops bytes up to the next `Content-Length:` and goes on
+    from there, so one broken frame costs that frame (and the next, when its length reached
+    into it), never the ones after. (Inside a JSON
+    body the text `Content-Length:` can appear only in a string, never followed by a raw
+    line break, so a false start is itself a bad frame and is skipped the same way.)"""
+
+    def __init__(self, reader: asyncio.StreamReader, max_body: int) -> None:
+        self._reader = reader
+        self._max_body = max_body
+        self._buf = bytearray()
+        self._eof = False
+        self._resync = False
+
+    async def _more(self) -> bool:
+        if self._eof:
+            return False
+        chunk = await self._reader.read(READ_CHUNK)
+        if not chunk:
+            self._eof = True
+            return False
+        self._buf += chunk
+        return True
+
+    async def _skip_to_next_frame(self) -> None:
+        keep = len(_LENGTH_NAME) - 1
         while True:
-            try:
-                line = await reader.readline()
-            except ValueError:  # a header line over the limit: not our framing
-                log.warning("dropping an over-long header line")
-                continue
-            if not line:
-                return  # EOF
-            if line in (b"\r\n", b"\n"):
+            found = _LENGTH_HEADER.search(self._buf)
+            if found:
+                del self._buf[: found.start()]
+                return
+            if len(self._buf) > keep:
+                del self._buf[: len(self._buf) - keep]
+            if not await self._more():
+                self._buf.clear()
+                return
+
+    async def next(self) -> bytes | BadFrame | None:
+        """The next body, a `BadFrame`, or None at the end of input."""
+        if self._resync:
+            self._resync = False
+            await self._skip_to_next_frame()
+        while True:
+            while self._buf[:1] in (b"\r", b"\n"):  # blank lines between frames are harmless
+                del self._buf[:1]
+            end = _HEADER_END.search(self._buf)
+            if end is not None:
                 break
-            name, sep, value = line.decode("latin-1").partition(":")
-            if sep and name.strip().lower() == "content-length":
-                try:
-                    length = int(value.strip())
-                except ValueError:
-                    length = None
-            elif not sep:
+            if len(self._buf) > MAX_HEADER_BYTES:
+                return self._bad(f"headers longer than {MAX_HEADER_BYTES} bytes")
+            if not await self._more():
+                if self._buf.strip():
+                    log.warning(
+                        "input ended inside a message's headers; %d bytes dropped", len(self._buf)
+                    )
+                return None
+        header = bytes(self._buf[: end.start()])
+        lengths = []
+        for line in header.split(b"\n"):
+            name, sep, value = line.rstrip(b"\r").partition(b":")
+            if not sep:
                 log.warning("dropping a line that is not a header: %r", line[:80])
-        if length is None or length < 0 or length > MAX_BODY_BYTES:
-            log.warning("message without a usable Content-Length; skipped")
-            continue
+            elif name.strip().lower() == b"content-length":
+                lengths.append(value.strip())
+        if not lengths:
+            return self._bad("a message without a Content-Length header")
+        if len(set(lengths)) > 1 or not lengths[0].isdigit():
+            return self._bad(f"an unusable Content-Length {lengths[0][:40]!r}")
+        # more digits than any real length: never handed to int() (which refuses over 4,300)
+        length = int(lengths[0]) if len(lengths[0]) <= 20 else MAX_SAFE_ID + 1
+        del self._buf[: end.end()]
+        if length > self._max_body:
+            log.warning(
+                "a message of %d bytes is over the limit (maxRequestBytes %d)",
+                length,
+                self._max_body,
+            )
+            self._resync = True
+            size = length if length <= MAX_SAFE_ID else None  # JSON peers hold 2^53 at most
+            from .errors import too_large  # pygls' types, only when a frame is refused
+
+            return BadFrame(too_large("maxRequestBytes", self._max_body, size))
+        while len(self._buf) < length:
+            if not await self._more():
+                log.warning("input ended inside a message body; %d bytes dropped", len(self._buf))
+                return None
+        body = bytes(self._buf[:length])
+        del self._buf[:length]
+        return body
+
+    def _bad(self, reason: str) -> BadFrame:
+        """The block stays in the buffer but for its first byte: a real header may hide in
+        it (the tail of a body that ran into the next frame's `Content-Length:`)."""
+        log.warning("%s: skipped up to the next Content-Length", reason)
+        del self._buf[:1]
+        self._resync = True
+        from pygls.exceptions import JsonRpcParseError
+
+        return BadFrame(
+            JsonRpcParseError(
+                message=f"Parse error: {reason}; skipped up to the next Content-Length header",
+                data={"kind": "invalid_framing"},
+            )
+        )
+
+
+async def read_messages(
+    server: Any, reader: asyncio.StreamReader, max_body: int = MAX_REQUEST_BYTES
+) -> None:
+    """Read frames until the end of input, answering the ones that cannot be read."""
+    frames = FrameReader(reader, max_body)
+    while True:
         try:
-            body = await reader.readexactly(length)
-        except asyncio.IncompleteReadError:
+            item = await frames.next()
+        except Exception:  # a reader that cannot go on must not look like a clean EOF
+            log.exception("reading stdin failed; exiting with 1")
+            server.request_exit(1)
+            return
+        if item is None:
             return
         try:
-            dispatch(server, body)
+            if isinstance(item, BadFrame):
+                server.protocol.send_error(None, item.error)
+            else:
+                dispatch(server, item)
         except Exception:  # one message must never end the daemon for every other client call
             log.exception("handling a message failed; it was dropped")
 
@@ -155,16 +325,18 @@ async def serve_stdio(
     stdin: BinaryIO | None = None,
     stdout: BinaryIO | None = None,
     background: list[Any] | None = None,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
 ) -> int:
     """Serve until `exit` (0 after `shutdown`, else 1) or stdin EOF (0)."""
-    stdin = stdin or sys.stdin.buffer
+    if stdin is None and sys.stdin is not None:
+        stdin = sys.stdin.buffer  # a closed stdin (`<&-`) leaves sys.stdin None: EOF at once
     stdout = stdout or sys.stdout.buffer
     _widen_pipe(stdout)
     server.set_writer(_Writer(stdout))  # the front's (pygls' once loaded)
     reader = await _open_reader(stdin)
     exit_event = server.exit_event()
     tasks = [asyncio.ensure_future(coro) for coro in (background or [])]
-    read_task = asyncio.ensure_future(read_messages(server, reader))
+    read_task = asyncio.ensure_future(read_messages(server, reader, max_request_bytes))
     exit_task = asyncio.ensure_future(exit_event.wait())
     await asyncio.wait({read_task, exit_task}, return_when=asyncio.FIRST_COMPLETED)
     for task in (read_task, exit_task, *tasks):

@@ -25,6 +25,16 @@ ERRORS: dict[str, tuple[int, str]] = {
     "invalid_pairing": (4011, "A tool result does not match exactly one open tool call."),
     "invalid_content": (4012, "A message or content block is malformed."),
     "invalid_config": (4013, "A configuration value is not valid."),
+    "too_large": (
+        4014,
+        "An input is over a size limit (data.limit names it: maxRequestBytes, maxMessageBytes "
+        "or maxImportBytes); nothing was written.",
+    ),
+    "invalid_path": (
+        4015,
+        "A path the daemon will not read: not a regular file, a NUL byte in it, or a file "
+        "outside the transcript's own folder.",
+    ),
     "pending_tool_results": (4020, "The head still waits for tool results."),
     "head_conflict": (4030, "expectedHead did not match: another writer moved the thread."),
     "cannot_fit": (4040, "Nothing the cascade may do brings the request under its limit."),

@@ -40,15 +40,23 @@ class OpenResult:
 
 @attrs.define
 class ListParams:
-    pass
+    """`prefix`: only the sessions whose id starts with it (how a short id is resolved)."""
+
+    prefix: str | None = None
 
 
 @attrs.define
 class SessionInfo:
+    """One stored session: what `compactd sessions` shows (newest first)."""
+
     session_id: str
     size_bytes: int
     modified: float
     loaded: bool
+    source: str | None = None  # the importer's format ("claude-code", …); None: made live
+    title: str | None = None
+    turns: int = 0
+    tokens: int = 0  # the current branch rendered with the defaults, in compactd's estimate
 
 
 @attrs.define
@@ -152,12 +160,18 @@ class ImportParams:
     SWE-agent); one session per conversation in it."""
 
     path: str
+    new: bool = False  # import again even if this transcript was imported before
+    work_done_token: str | None = None
 
 
 @attrs.define
 class ImportResult:
+    """`existing`: the ids among `sessionIds` that were imported before from the same file
+    (returned instead of a duplicate unless `new`)."""
+
     session_ids: list[str]
     warnings: list[str]
+    existing: list[str] = attrs.field(factory=list)
 
 
 # ---- context ------------------------------------------------------------------------------
@@ -201,13 +215,61 @@ class RenderParams:
 
 
 @attrs.define
+class ModelBudget:
+    """One model's budget for the rendered request (`binding`: the tightest)."""
+
+    model: str | None
+    window: int
+    limit: int
+    output_reserve: int
+    total: int
+    binding: bool
+
+
+@attrs.define
+class RenderTokens:
+    """The rendered request's size: `total` of `limit` (window − output reserve), by category,
+    in the provider's units once calibrated (`estimate` is compactd's own count)."""
+
+    total: int
+    window: int
+    limit: int
+    output_reserve: int
+    free: int
+    estimate: int
+    calibration: float
+    categories: dict[str, int]
+    turns: int
+    turns_shown: int
+    # what the provider will clear server-side (Tier 1's server path), not in `total`
+    cleared_by_provider: int = 0
+    models: list[ModelBudget] | None = None  # with `fallbackModels`: every model's budget
+
+
+@attrs.define
+class CompactionEvent:
+    """What one tier did (or why it did not): `context/compacted` without the session."""
+
+    tier: str
+    applied: bool
+    tokens_before: int
+    tokens_after: int
+    reason: str
+    record_ids: list[str]
+    details: Json
+
+
+@attrs.define
 class RenderResult:
+    """`warnings`: what the daemon assumed (an unknown model's window, …)."""
+
     request: Json  # the HTTP body to send
-    tokens: Json
-    events: list[Json]
+    tokens: RenderTokens
+    events: list[CompactionEvent]
     # HTTP headers the request needs — {"anthropic-beta": "context-management-2025-06-27"}
     # when it carries Tier 1's server-side edit; send them with it (the SDK's `extra_headers`)
     headers: dict[str, str] = attrs.Factory(dict)
+    warnings: list[str] = attrs.field(factory=list)
 
 
 @attrs.define
@@ -222,6 +284,7 @@ class MeasureResult:
     advice: str | None
     turns: int
     turns_shown: int
+    warnings: list[str] = attrs.field(factory=list)
 
 
 @attrs.define

@@ -63,7 +63,7 @@ def rpc_roundtrip_ratio(ctx: Context) -> Measurement:
 def _big_session(root: Path) -> tuple[str, Engine]:
     """The largest transcript with nothing shortened: ~150K tokens of context."""
     engine = Engine(Store(root))
-    ids, _ = engine.import_file(str(BIG))
+    ids = engine.import_file(str(BIG)).session_ids
     session, _ = engine.open(ids[0], {"maxToolResultChars": 10**15})
     return session.id, engine
 

@@ -19,11 +19,14 @@ from ..session import Library, Session
 from .plan import FunctionEnd, FunctionStart, ImportedSession, Messages, ModelCall, Note, Op
 
 
-def session_meta(imported: ImportedSession) -> dict[str, Any]:
+def session_meta(imported: ImportedSession, source_digest: str | None = None) -> dict[str, Any]:
+    """`sourceDigest` (the file's sha256) lets a re-import of the same file find it."""
     meta: dict[str, Any] = {
         "source": imported.source_format,
         "sourceId": imported.source_id,
     }
+    if source_digest:
+        meta["sourceDigest"] = source_digest
     if imported.model:
         meta["model"] = imported.model
     if imported.system:
@@ -98,10 +101,14 @@ def as_sent(messages: list[dict[str, Any]], sent: dict[str, Any]) -> list[dict[s
 
 
 def import_session(
-    library: Library, imported: ImportedSession, session_id: str | None = None
+    library: Library,
+    imported: ImportedSession,
+    session_id: str | None = None,
+    *,
+    source_digest: str | None = None,
 ) -> Session:
     """Create a session holding the whole transcript, written with a single fsync."""
-    session = library.create(session_id, meta=session_meta(imported), unborn=True)
+    session = library.create(session_id, meta=session_meta(imported, source_digest), unborn=True)
     applier = OpApplier(session)
     real_clock = session.clock
     session.clock = lambda: applier.now

@@ -47,7 +47,9 @@ from typing import Any
 
 import attrs
 
+from ..errors import InvalidContent, InvalidPath
 from .builder import FunctionRun, ThreadBuilder
+from .files import read_inside
 from .jsonio import iso_to_unix, read_jsonl
 from .plan import MAIN, ImportedSession, Note
 
@@ -61,6 +63,12 @@ _PROGRESS_TYPE = b'"type":"progress"'
 _SPILL_PATH = re.compile(r"saved to:\s*(\S+)")
 _SPILL_MARK = "<persisted-output>"
 _DIRECT_CALLER = {"type": "direct"}
+
+
+def _read_subagent(file: Path) -> bytes:
+    """A `subagents/agent-*.jsonl` file, read only inside the session's own folder."""
+    session_dir = file.parent.parent
+    return read_inside(session_dir.parent, session_dir.name, "subagents", file.name)
 
 
 def load(path: Path) -> list[ImportedSession]:
@@ -80,7 +88,7 @@ class _Subagent:
     def records(self, skip: Callable[[bytes], bool]) -> list[dict[str, Any]]:
         if self.lines is None:
             assert self.path is not None
-            self.lines = read_jsonl(self.path, skip=skip)
+            self.lines = read_jsonl(self.path, skip=skip, data=_read_subagent(self.path))
         return self.lines
 
     def prompt(self, skip: Callable[[bytes], bool]) -> str | None:
@@ -162,6 +170,9 @@ class _SessionImport:
         if not folder.is_dir():
             return
         for file in sorted(folder.glob("agent-*.jsonl")):
+            if file.is_symlink() or not file.is_file():
+                self.warnings.append(f"sub-agent transcript {file.name} is not a regular file")
+                continue
             agent_id = file.stem.removeprefix("agent-")
             if agent_id.startswith("acompact"):
                 self.compaction_calls.append(self._compaction_call(file, agent_id))
@@ -287,16 +298,19 @@ class _SessionImport:
         return block
 
     def _spilled_text(self, preview: str, call_id: Any) -> str | None:
+        """The spilled file's text, read only inside `<session>/tool-results/` (the name
+        comes from the transcript, which is untrusted input)."""
         match = _SPILL_PATH.search(preview)
         name = re.split(r"[\\/]", match.group(1))[-1] if match else f"{call_id}.txt"
-        file = self.session_dir / "tool-results" / name
         try:
-            return file.read_bytes().decode("utf-8", errors="replace")
-        except OSError:
+            data = read_inside(self.path.parent, self.session_dir.name, "tool-results", name)
+        except (InvalidPath, InvalidContent):
             self.warnings.append(
-                f"spilled output {name} of {call_id} is not next to the session; kept the preview"
+                f"spilled output {name} of {call_id} is not a file next to the session; "
+                "kept the preview"
             )
             return None
+        return data.decode("utf-8", errors="replace")
 
     # sub-agents
 
@@ -356,7 +370,7 @@ class _SessionImport:
 
     def _compaction_call(self, file: Path, agent_id: str) -> Note:
         """Claude Code's own summary request: its input messages and the summary it produced."""
-        lines = read_jsonl(file, skip=self._skip_progress)
+        lines = read_jsonl(file, skip=self._skip_progress, data=_read_subagent(file))
         messages: list[dict[str, Any]] = []
         last_assistant_id: str | None = None
         model = None

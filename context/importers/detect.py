@@ -16,6 +16,8 @@ from typing import Any
 import orjson
 
 from ..errors import InvalidContent
+from ..policy import MAX_IMPORT_BYTES
+from .files import read_limit, read_regular
 from .jsonio import read_json_document
 from .plan import ImportedSession
 
@@ -39,11 +41,13 @@ _CODEX_LINE_TYPES = frozenset(
 )
 
 
-def load_transcript(path: str | Path) -> list[ImportedSession]:
-    """Read a transcript of any supported format into its sessions."""
+def load_transcript(path: str | Path, max_bytes: int = MAX_IMPORT_BYTES) -> list[ImportedSession]:
+    """Read a transcript of any supported format into its sessions; no file it reads may be
+    over `max_bytes` (the policy's `maxImportBytes`)."""
     transcript = Path(path)
-    module = importlib.import_module(FORMATS[detect_format(transcript)])
-    return module.load(transcript)
+    with read_limit(max_bytes):
+        module = importlib.import_module(FORMATS[detect_format(transcript)])
+        return module.load(transcript)
 
 
 def detect_format(path: str | Path) -> str:
@@ -88,28 +92,23 @@ _SNIFF_LINES = 8
 
 
 def _leading_records(path: Path) -> Iterator[Any]:
-    """The first few JSON values of a JSONL file, lazily, or the document of a JSON file."""
-    try:
-        with path.open("rb") as handle:
-            seen = 0
-            for raw in handle:
-                if not raw.strip():
-                    continue
-                try:
-                    record = orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    break
-                seen += 1
-                yield record
-                if seen == _SNIFF_LINES:
-                    return
-            else:
-                if not seen:
-                    raise InvalidContent(f"{path}: the file is empty", path=str(path))
-    except OSError as error:
-        raise InvalidContent(
-            f"{path}: cannot read the transcript ({error.strerror or error})", path=str(path)
-        ) from error
+    """The first few JSON values of a JSONL file, or the document of a JSON file."""
+    data = read_regular(path)  # a regular file under the limit, or a typed error
+    seen = 0
+    for raw in data.split(b"\n", _SNIFF_LINES * 4)[: _SNIFF_LINES * 4]:
+        if not raw.strip():
+            continue
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            break
+        seen += 1
+        yield record
+        if seen == _SNIFF_LINES:
+            return
+    else:
+        if not seen:
+            raise InvalidContent(f"{path}: the file is empty", path=str(path))
     if not seen:
         # A pretty-printed JSON document (e.g. a SWE-agent .traj) only parses as a whole.
         yield read_json_document(path)

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 
 from ..errors import InvalidContent
+from .files import read_regular
 
 __all__ = [
     "as_int",
@@ -27,14 +28,18 @@ __all__ = [
 ]
 
 
-def read_jsonl(path: Path, skip: Callable[[bytes], bool] | None = None) -> list[dict[str, Any]]:
+def read_jsonl(
+    path: Path, skip: Callable[[bytes], bool] | None = None, data: bytes | None = None
+) -> list[dict[str, Any]]:
     """Parse every line of a JSONL file once; `skip` drops raw lines before parsing them.
+    `data`: the file's bytes when the caller read them itself (a file inside the transcript's
+    folder, read with `files.read_inside`).
 
     A line that is not a JSON object (a truncated last line, a corrupt byte) is an error that
     names the line: importing half a session silently would make every later step lie.
     """
     records: list[dict[str, Any]] = []
-    lines = _read_bytes(path).splitlines()
+    lines = (_read_bytes(path) if data is None else data).splitlines()
     for number, raw in enumerate(lines, start=1):
         if not raw.strip() or (skip is not None and skip(raw)):
             continue
@@ -70,12 +75,7 @@ def read_json_document(path: Path) -> Any:
 
 
 def _read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as error:
-        raise InvalidContent(
-            f"{path}: cannot read the transcript ({error.strerror or error})", path=str(path)
-        ) from error
+    return read_regular(path)
 
 
 def iso_to_unix(value: Any) -> float | None:

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..errors import InvalidContent
 from .builder import ThreadBuilder
+from .files import read_regular
 from .jsonio import (
     as_int,
     iso_to_unix,
@@ -60,8 +61,7 @@ def load(path: Path) -> list[ImportedSession]:
 
 
 def _starts_with_array(path: Path) -> bool:
-    with path.open("rb") as handle:
-        return handle.read(4096).lstrip().startswith(b"[")
+    return read_regular(path)[:4096].lstrip().startswith(b"[")
 
 
 def _import_run(record: dict[str, Any], fallback_id: str, path: Path) -> ImportedSession:

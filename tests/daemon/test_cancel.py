@@ -187,3 +187,55 @@ async def test_a_late_answer_after_cancel_is_dropped(tmp_path: Path) -> None:
     finally:
         await raw.kill()
     assert raw.violations == []
+
+
+async def stalled(client: CompactdClient) -> tuple[list[t.SummarizeParams], asyncio.Event]:
+    asked: list[t.SummarizeParams] = []
+    release = asyncio.Event()
+
+    async def stall(params: t.SummarizeParams) -> t.SummarizeResult:
+        asked.append(params)
+        await release.wait()
+        return t.SummarizeResult(text="too late")
+
+    client.on_summarize(stall)
+    return asked, release
+
+
+async def wait_asked(asked: list[t.SummarizeParams]) -> None:
+    for _ in range(200):  # polling for an event, not timing it
+        if asked:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the daemon never asked for the summary")
+
+
+async def test_cancelling_the_task_of_a_typed_call_cancels_it_in_the_daemon(
+    client: CompactdClient, data_dir: Path
+) -> None:
+    sid = await session(client, "cx-task")
+    asked, release = await stalled(client)
+    log_before = log_bytes(data_dir, sid)
+    task = asyncio.ensure_future(client.compact(sid, work_done_token="cx-task-token"))
+    await wait_asked(asked)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # only a `$/cancelRequest` ends the daemon's work (the summary is still stalled)
+    assert (await progress_of(client, "cx-task-token", "end"))["value"]["kind"] == "end"
+    release.set()
+    assert log_bytes(data_dir, sid) == log_before
+
+
+async def test_a_timeout_cancels_the_call_in_the_daemon(
+    client: CompactdClient, data_dir: Path
+) -> None:
+    sid = await session(client, "cx-timeout")
+    asked, release = await stalled(client)
+    log_before = log_bytes(data_dir, sid)
+    with pytest.raises(TimeoutError):
+        await client.compact(sid, work_done_token="cx-timeout-token", timeout=1.0)
+    assert asked  # the daemon was inside the summary when the client gave up
+    assert (await progress_of(client, "cx-timeout-token", "end"))["value"]["kind"] == "end"
+    release.set()
+    assert log_bytes(data_dir, sid) == log_before

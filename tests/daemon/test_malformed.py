@@ -103,7 +103,7 @@ async def test_garbage_header_lines_are_skipped(daemon: RawDaemon, data_dir: Pat
     assert "not a header" in daemon.log_text()
 
 
-async def test_frames_without_a_usable_length_are_skipped(
+async def test_frames_without_a_usable_length_are_answered_and_skipped(
     daemon: RawDaemon, data_dir: Path
 ) -> None:
     unframed = b'{"jsonrpc":"2.0","id":"unframed","method":"session/open","params":{}}'
@@ -117,7 +117,15 @@ async def test_frames_without_a_usable_length_are_skipped(
             + b"Content-Length: -5\r\n\r\n"
             + b"Content-Length: 99999999999\r\n\r\n",  # over the daemon's body limit
         )
-    assert replies == []
+    # each is answered (id null), and the reader finds the next frame after each one
+    codes = [(r["id"], r["error"]["code"], r["error"]["data"]["kind"]) for r in replies]
+    assert codes == [
+        (None, -32700, "invalid_framing"),
+        (None, -32700, "invalid_framing"),
+        (None, -32700, "invalid_framing"),
+        (None, 4014, "too_large"),
+    ]
+    assert replies[3]["error"]["data"]["limit"] == "maxRequestBytes"
     assert "usable Content-Length" in daemon.log_text()
 
 
@@ -134,10 +142,14 @@ async def test_a_long_length_swallows_what_follows_and_framing_resumes(
     assert_error(reply, -32700, None)
 
 
-async def test_an_over_long_header_line_is_dropped(daemon: RawDaemon, data_dir: Path) -> None:
+async def test_an_over_long_header_line_is_answered_and_dropped(
+    daemon: RawDaemon, data_dir: Path
+) -> None:
     with nothing_written(data_dir):
         replies = await exchange(daemon, b"X-Huge: " + b"a" * (3 * 2**20) + b"\r\n\r\n")
-    assert replies == []
+    (reply,) = replies
+    assert_error(reply, -32700, None)
+    assert reply["error"]["data"]["kind"] == "invalid_framing"
 
 
 # ---- bodies ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from compactd.clients.client import CompactdClient, RpcError
 from compactd.context.budget import prior_ratio
 from compactd.context.policy import CLEARED_PLACEHOLDER, RUNNING_FUNCTION_PLACEHOLDER
 from compactd.protocol import types as t
+from compactd.protocol.convert import ParamsError, unstructure
 
 from tests.support.invariants import check_anthropic_pairing, check_openai_pairing, server_view
 from tests.support.logs import log_bytes
@@ -67,14 +68,14 @@ def records(view: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [r for r in view["records"] if r["kind"] == kind]
 
 
-def check_measure(tokens: dict[str, Any]) -> None:
+def check_measure(tokens: Any) -> None:
     """The context panel's arithmetic: categories add up to the total, and with the output
     reserve and the free space to the window."""
-    cats = tokens["categories"]
+    cats = tokens.categories
     prompt = {k: v for k, v in cats.items() if k not in ("output_reserve", "free")}
     assert all(v >= 0 for v in cats.values()), cats
-    assert sum(prompt.values()) == tokens["total"]
-    assert tokens["total"] + cats["output_reserve"] + cats["free"] == tokens["window"]
+    assert sum(prompt.values()) == tokens.total
+    assert tokens.total + cats["output_reserve"] + cats["free"] == tokens.window
 
 
 # ---- sessions ------------------------------------------------------------------------------
@@ -98,6 +99,24 @@ async def test_open_creates_then_loads_and_list_shows_them(
     info = listed["m-open"]
     assert info.loaded is True
     assert info.size_bytes == session_log(data_dir, "m-open").stat().st_size > 0
+
+
+async def test_list_shows_what_each_session_holds_newest_first(client: CompactdClient) -> None:
+    older = await new_session(client, "m-list-a", [user("first request")])
+    newer = await new_session(client, "m-list-b", tool_turns("lb", 2, 300))
+    await client.append(newer, [{"role": "user", "content": "and one more"}])
+    sessions = (await client.list_sessions()).sessions
+    assert [s.modified for s in sessions] == sorted((s.modified for s in sessions), reverse=True)
+    listed = {s.session_id: s for s in sessions}
+    assert listed[newer].turns == 3 and listed[older].turns == 1
+    assert listed[newer].tokens == (await client.measure(newer)).total > listed[older].tokens > 0
+    assert listed[older].source is None  # made live, not imported
+    only = (await client.list_sessions(prefix="m-list-")).sessions
+    assert {s.session_id for s in only} == {older, newer}
+    # a session appended to since the last listing is listed afresh, not from the cache
+    await client.append(older, [{"role": "assistant", "content": "done"}])
+    await client.append(older, [user("second request")])
+    assert {s.session_id: s for s in (await client.list_sessions()).sessions}[older].turns == 2
 
 
 async def test_append_anthropic_makes_tool_nodes_and_results(client: CompactdClient) -> None:
@@ -278,13 +297,13 @@ async def test_render_with_and_without_cascade(client: CompactdClient) -> None:
     full = (await client.measure(sid)).total
     window = {"window": full + 600, "max_output_tokens": 500}  # over the 90 % threshold
     plain = await client.render(sid, **window)
-    assert plain.events == [] and plain.tokens["total"] == full  # no cascade: nothing changes
+    assert plain.events == [] and plain.tokens.total == full  # no cascade: nothing changes
     assert records(await client.get(sid), "clear") == []
     for fmt, check in (("anthropic", check_anthropic_pairing), ("openai", check_openai_pairing)):
         rendered = await client.render(sid, cascade=True, format=fmt, **window)
         check(rendered.request)
         check_measure(rendered.tokens)
-        assert rendered.tokens["total"] <= rendered.tokens["limit"]
+        assert rendered.tokens.total <= rendered.tokens.limit
         # Anthropic: the provider clears (the edit and its beta header are sent, the
         # messages are unchanged); OpenAI: the same three calls cleared client-side
         seen = server_view(rendered.request)
@@ -292,7 +311,7 @@ async def test_render_with_and_without_cascade(client: CompactdClient) -> None:
         server = fmt == "anthropic"
         assert (CLEARED_PLACEHOLDER in all_text(rendered.request)) is not server
         assert bool(rendered.headers) is server
-        assert (rendered.tokens["clearedByProvider"] > 0) is server
+        assert (rendered.tokens.cleared_by_provider > 0) is server
     view = await client.get(sid)
     (clear,) = records(view, "clear")  # written once; the second render reused it
     cleared = clear["covers"][0]
@@ -308,12 +327,12 @@ async def test_cascade_events_name_the_tier(client: CompactdClient) -> None:
     rendered = await client.render(sid, cascade=True, window=full + 600, max_output_tokens=500)
     # the notification came before the response, and says what the render's events say
     (note,) = [n for n in heard if n["sessionId"] == sid]
-    (event,) = [e for e in rendered.events if e["applied"]]
-    assert note == {"sessionId": sid, **event}
-    assert event["tier"] == "microcompact"
-    assert event["details"]["trigger"] == "forced"
-    assert event["tokensBefore"] == full > event["tokensAfter"] == rendered.tokens["total"]
-    assert event["recordIds"] == [records(await client.get(sid), "clear")[0]["id"]]
+    (event,) = [e for e in rendered.events if e.applied]
+    assert note == {"sessionId": sid, **unstructure(event)}
+    assert event.tier == "microcompact"
+    assert event.details["trigger"] == "forced"
+    assert event.tokens_before == full > event.tokens_after == rendered.tokens.total
+    assert event.record_ids == [records(await client.get(sid), "clear")[0]["id"]]
 
 
 async def test_measure_categories_add_up(client: CompactdClient) -> None:
@@ -335,11 +354,11 @@ async def test_measure_categories_add_up(client: CompactdClient) -> None:
     assert measured.limit == 46_000
     cats = measured.categories
     assert cats["system"] > 0 and cats["tools"] > 0 and cats["tool_results"] > 0
-    check_measure({"total": measured.total, "window": measured.window, "categories": cats})
+    check_measure(measured)
     assert measured.free == cats["free"]
     rendered = await client.render(sid, **budget)
-    assert rendered.tokens["total"] == measured.total  # the panel and the request agree
-    assert rendered.tokens["categories"] == cats
+    assert rendered.tokens.total == measured.total  # the panel and the request agree
+    assert rendered.tokens.categories == cats
     assert measured.turns == measured.turns_shown == 3
 
 
@@ -389,9 +408,9 @@ async def test_collapse_then_uncollapse(client: CompactdClient) -> None:
     rendered = await client.render(
         sid, cascade=True, window=int(full / 0.93) + 500, max_output_tokens=500
     )
-    (collapse,) = [e for e in rendered.events if e["applied"]]
-    assert collapse["tier"] == "collapse"
-    collapse_id = collapse["recordIds"][0]
+    (collapse,) = [e for e in rendered.events if e.applied]
+    assert collapse.tier == "collapse"
+    collapse_id = collapse.record_ids[0]
     collapsed = await client.measure(sid)
     assert collapsed.total < full
     undone = await client.uncollapse(sid, collapse_id)
@@ -406,8 +425,8 @@ async def test_collapse_then_uncollapse(client: CompactdClient) -> None:
 async def test_reported_usage_calibrates_the_next_measure(client: CompactdClient) -> None:
     sid = await new_session(client, "m-usage", tool_turns("u", 2, 400))
     rendered = await client.render(sid, model=MODEL)
-    estimate = rendered.tokens["estimate"]
-    assert rendered.tokens["calibration"] == prior_ratio(MODEL) > 1  # Claude's, before a report
+    estimate = rendered.tokens.estimate
+    assert rendered.tokens.calibration == prior_ratio(MODEL) > 1  # Claude's, before a report
     report = await client.report_usage(
         sid,
         MODEL,
@@ -418,16 +437,14 @@ async def test_reported_usage_calibrates_the_next_measure(client: CompactdClient
     assert report.overflow is False
     measured = await client.measure(sid, model=MODEL)
     assert measured.total == pytest.approx(2 * estimate, abs=12)  # rounded per category
-    check_measure(
-        {"total": measured.total, "window": measured.window, "categories": measured.categories}
-    )
+    check_measure(measured)
     other = await client.measure(sid, model="gpt-4o")
     assert other.total == estimate  # calibration is per model
 
 
 async def test_prompt_too_long_runs_tier_5_on_the_next_render(client: CompactdClient) -> None:
     sid = await new_session(client, "m-overflow", tool_turns("o", 6, 1500, "Deploy"))
-    estimate = (await client.render(sid, model=MODEL)).tokens["estimate"]
+    estimate = (await client.render(sid, model=MODEL)).tokens.estimate
     reported, maximum = 2 * estimate, int(1.2 * estimate)
     report = await client.report_usage(
         sid,
@@ -437,10 +454,10 @@ async def test_prompt_too_long_runs_tier_5_on_the_next_render(client: CompactdCl
     assert report.overflow is True and report.limit_tokens == maximum
     # a plain render (no `cascade`): resending the same request would only fail again
     rendered = await client.render(sid, model=MODEL)
-    tiers = [e["tier"] for e in rendered.events if e["applied"]]
+    tiers = [e.tier for e in rendered.events if e.applied]
     assert tiers[0] == "reactive" and len(tiers) > 1
-    assert rendered.tokens["calibration"] == pytest.approx(reported / estimate)
-    assert rendered.tokens["total"] < maximum
+    assert rendered.tokens.calibration == pytest.approx(reported / estimate)
+    assert rendered.tokens.total < maximum
     check_anthropic_pairing(rendered.request)
     (reactive,) = records(await client.get(sid), "reactive")
     assert reactive["data"]["limit"] == maximum
@@ -448,13 +465,29 @@ async def test_prompt_too_long_runs_tier_5_on_the_next_render(client: CompactdCl
     assert (await client.render(sid, model=MODEL)).events == []
 
 
+async def test_plain_dicts_work_wherever_a_wire_type_does(client: CompactdClient) -> None:
+    """`report_usage(error={...})` is what a user writes with a provider's JSON error at hand;
+    a wrong type fails in the client, naming the field, before anything is sent."""
+    sid = await new_session(client, "m-dicts", tool_turns("d", 6, 1500, "Deploy"))
+    estimate = (await client.render(sid, model=MODEL)).tokens.estimate
+    message = f"prompt is too long: {2 * estimate} tokens > {int(1.2 * estimate)} maximum"
+    report = await client.report_usage(sid, MODEL, error={"status": 400, "message": message})
+    assert isinstance(report, t.ReportUsageResult) and report.overflow is True
+    rendered = await client.render(sid, model=MODEL, system="You are terse.")
+    assert isinstance(rendered.tokens, t.RenderTokens)
+    assert all(isinstance(e, t.CompactionEvent) for e in rendered.events) and rendered.events
+    with pytest.raises(ParamsError) as caught:
+        await client.render(sid, window="big")  # type: ignore[arg-type]
+    assert "params.window" in str(caught.value)
+
+
 async def test_tier_5_runs_once_per_turn(client: CompactdClient, data_dir: Path) -> None:
     sid = await new_session(client, "m-overflow-twice", tool_turns("w", 4, 1500, "Deploy"))
-    estimate = (await client.render(sid, model=MODEL)).tokens["total"]
+    estimate = (await client.render(sid, model=MODEL)).tokens.total
     error = t.ProviderError(400, f"prompt is too long: {2 * estimate} tokens > {estimate} maximum")
     await client.report_usage(sid, MODEL, error=error)
     first = await client.render(sid, model=MODEL, cascade=True)
-    assert first.events[0]["tier"] == "reactive"
+    assert first.events[0].tier == "reactive"
     before = log_bytes(data_dir, sid)
     await client.report_usage(sid, MODEL, error=error)
     with pytest.raises(RpcError) as caught:

@@ -117,7 +117,7 @@ async def test_a_cut_result_names_a_handle_that_returns_the_cut_lines(
     again = await client.render(sid, recall=True)
     assert again.request == rendered.request
     measured = await client.measure(sid, recall=True)
-    assert measured.total == rendered.tokens["total"]
+    assert measured.total == rendered.tokens.total
     openai = await client.render(sid, recall=True, format="openai")
     check_openai_pairing(openai.request)
     assert [t["function"]["name"] for t in openai.request["tools"]] == ["compactd_recall"]
@@ -156,7 +156,7 @@ async def test_a_result_cleared_by_tier_1_comes_back(client: CompactdClient) -> 
     await client.append(sid, tool_turns("cl", 8, 2000))
     full = (await client.measure(sid)).total
     rendered = await client.render(sid, cascade=True, window=full + 600, max_output_tokens=500)
-    assert [e["tier"] for e in rendered.events if e["applied"]] == ["microcompact"]
+    assert [e.tier for e in rendered.events if e.applied] == ["microcompact"]
     cleared = [c for c in results_of(rendered.request) if "cleared by compactd" in c]
     assert len(cleared) == 3 and CLEARED_PLACEHOLDER not in said(rendered.request)
     (handle,) = HANDLE.findall(cleared[0])

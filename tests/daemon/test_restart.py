@@ -36,7 +36,7 @@ async def test_a_restarted_daemon_renders_the_same_bytes(tmp_path: Path) -> None
         await first.append(sid, tool_turns("new", 8, 1200, "Read"))
         full = (await first.measure(sid)).total
         forced = await first.render(sid, cascade=True, window=full + 600, max_output_tokens=500)
-        assert next(e["tier"] for e in forced.events if e["applied"]) == "microcompact"
+        assert next(e.tier for e in forced.events if e.applied) == "microcompact"
         head = (await first.get(sid))["head"]
         await first.branch(sid, "side", from_node=head)
         await first.append(
@@ -46,11 +46,11 @@ async def test_a_restarted_daemon_renders_the_same_bytes(tmp_path: Path) -> None
         await first.append(sid, [user("inside"), assistant("done inside")], function_id=fid)
         await first.function_complete(sid, fid, "function output")
         await first.append(sid, [assistant("after the function")], branch="side")
-        estimate = (await first.render(sid, model=MODEL)).tokens["estimate"]
+        estimate = (await first.render(sid, model=MODEL)).tokens.estimate
         await first.report_usage(sid, MODEL, usage={"input_tokens": int(estimate * 1.3)})
         before = [await first.render(sid, **params) for params in RENDERS]
         measured = await first.measure(sid, model=MODEL)
-        assert before[2].tokens["calibration"] == pytest.approx(1.3, abs=0.01)
+        assert before[2].tokens.calibration == pytest.approx(1.3, abs=0.01)
 
     async with running(data_dir, "--summary-provider", "digest") as second:
         after = [await second.render(sid, **params) for params in RENDERS]
@@ -62,5 +62,5 @@ async def test_a_restarted_daemon_renders_the_same_bytes(tmp_path: Path) -> None
         records = len((await second.get(sid))["records"])
         again = await second.render(sid, cascade=True, window=full + 600, max_output_tokens=500)
         assert orjson.dumps(again.request) == orjson.dumps(forced.request)
-        assert not [e for e in again.events if e["applied"]]
+        assert not [e for e in again.events if e.applied]
         assert len((await second.get(sid))["records"]) == records

@@ -46,12 +46,12 @@ async def test_the_readme_loop_sends_the_server_clear_and_measure_follows_the_pr
 
             out = await daemon.render(session, cascade=True, **budget)
             request = out.request
-            assert [e["tier"] for e in out.events if e["applied"]] == ["microcompact"]
+            assert [e.tier for e in out.events if e.applied] == ["microcompact"]
             assert out.headers == {"anthropic-beta": CONTEXT_MANAGEMENT_BETA}
             assert CLEARED_PLACEHOLDER not in orjson.dumps(request).decode()
             assert len(server_cleared(request)) == 60 - 6 - 5  # TodoWrites and 5 newest kept
-            assert out.tokens["total"] <= out.tokens["limit"]
-            assert out.tokens["clearedByProvider"] > 0
+            assert out.tokens.total <= out.tokens.limit
+            assert out.tokens.cleared_by_provider > 0
             check_anthropic_pairing(request)
 
             # the README's call, through the real SDK
@@ -76,7 +76,7 @@ async def test_the_readme_loop_sends_the_server_clear_and_measure_follows_the_pr
             # and the next request is the same bytes: nothing was re-written
             again = await daemon.render(session, cascade=True, **budget)
             assert orjson.dumps(again.request) == orjson.dumps(request)
-            assert again.events == [] or not any(e["applied"] for e in again.events)
+            assert again.events == [] or not any(e.applied for e in again.events)
 
 
 @pytest.mark.asyncio

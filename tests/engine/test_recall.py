@@ -91,7 +91,7 @@ def engine(tmp_path: Path) -> Engine:
 def test_recall_changes_only_the_notes_on_the_transcripts(path: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         engine = Engine(Store(tmp), summary_provider="digest")
-        ids, _ = engine.import_file(str(path))
+        ids = engine.import_file(str(path)).session_ids
         sid = ids[0]
         g = engine.session(sid).graph
         for fmt in FORMATS:

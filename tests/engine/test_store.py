@@ -12,7 +12,7 @@ import orjson
 import pytest
 from compactd.context import store as store_mod
 from compactd.context.engine import Engine
-from compactd.context.errors import InvalidSessionId, StoreFailure, UnknownSession
+from compactd.context.errors import CompactdError, InvalidSessionId, StoreFailure, UnknownSession
 from compactd.context.session import Library
 from compactd.context.store import Store, default_data_dir
 
@@ -275,3 +275,64 @@ def test_list_sessions_ignores_other_files(engine: Engine) -> None:
     assert engine.list() == ["a", "b"]
     with pytest.raises(StoreFailure):
         engine.library.create("a")
+
+
+# ---- hardening (issue 16) --------------------------------------------------------------------
+
+
+def test_an_existing_data_dir_keeps_its_mode_and_new_parents_are_private(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o755)  # shared on purpose
+    old = os.umask(0)
+    try:
+        eng = Engine(Store(shared / "a" / "b" / "data"))
+        eng.append(new_session(eng, "p"), messages=[user("x")])
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o755
+    for d in (shared / "a", shared / "a" / "b", shared / "a" / "b" / "data"):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+
+
+@pytest.mark.parametrize("bad", ["a\n", "a\nb", "\na", "a\x00"])
+def test_session_ids_match_their_pattern_in_full(engine: Engine, bad: str) -> None:
+    with pytest.raises(InvalidSessionId):
+        engine.open(bad)
+    assert not engine.store.sessions_dir.exists() or not list(engine.store.sessions_dir.iterdir())
+
+
+def test_a_symlinked_log_or_lock_is_never_followed(engine: Engine, tmp_path: Path) -> None:
+    sid = new_session(engine, "linked")
+    engine.append(sid, messages=[user("x")])
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"precious\n")
+    log = engine.store.log_path(sid)
+    log.unlink()
+    log.symlink_to(outside)
+    fresh = Engine(Store(engine.store.root))
+    with pytest.raises(StoreFailure):
+        fresh.session(sid)
+    with pytest.raises(StoreFailure):
+        engine.append(sid, messages=[assistant("y")])
+    assert outside.read_bytes() == b"precious\n"
+    # a lock file swapped for a symlink (dangling, so creating it would make the target)
+    other = new_session(fresh, "locked")
+    lock = fresh.store.lock_path(other)
+    target = tmp_path / "made-through-a-link"
+    lock.unlink()  # born with the log: replaced by a link
+    lock.symlink_to(target)
+    with pytest.raises(StoreFailure):
+        fresh.append(other, messages=[user("x")])
+    assert not target.exists()
+
+
+def test_checkout_of_an_empty_or_bad_branch_name_writes_nothing(engine: Engine) -> None:
+    sid = new_session(engine, "co")
+    engine.append(sid, messages=[user("x")])
+    before = log_bytes(engine, sid)
+    for name in ["", "main\n", "../x"]:
+        with pytest.raises(CompactdError) as info:
+            engine.session(sid).checkout(name)
+        assert info.value.kind == "unknown_branch"
+    assert log_bytes(engine, sid) == before

@@ -254,7 +254,7 @@ def test_records_survive_a_reload(backend: Backend) -> None:
 
 def test_an_import_lands_whole_and_reloads_the_same(backend: Backend) -> None:
     eng = backend.engine()
-    ids, _warnings = eng.import_file(str(TRANSCRIPT))
+    ids = eng.import_file(str(TRANSCRIPT)).session_ids
     assert ids
     for sid in ids:
         mine = eng.session(sid).graph

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from compactd.context.errors import InvalidContent
+from compactd.context.errors import InvalidContent, InvalidPath
 from compactd.context.importers import detect_format, load_transcript
 
 TRANSCRIPTS = Path(__file__).resolve().parents[1] / "data" / "transcripts"
@@ -68,8 +68,8 @@ def test_unknown_or_broken_input_is_a_clear_error(tmp_path, content, message):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(InvalidContent, match="cannot read the transcript"):
         load_transcript(tmp_path / "nope.jsonl")
-    with pytest.raises(InvalidContent, match="cannot read the transcript"):
-        detect_format(tmp_path)
+    with pytest.raises(InvalidPath, match="not a regular file"):
+        detect_format(tmp_path)  # a folder: only regular files are read
 
 
 def test_a_corrupt_line_is_named(tmp_path):

@@ -146,3 +146,15 @@ def test_the_build_prints_no_setuptools_warning(wheel: tuple[set[str], str]) -> 
     _names, output = wheel
     assert "running bdist_wheel" in output  # -v shows the backend's own output
     assert [line for line in output.splitlines() if WARNING.search(line)] == []
+
+
+def test_the_license_ships_and_the_readme_stands_alone(wheel: tuple[set[str], str]) -> None:
+    """The metadata says MIT, so the text goes with it; the README (the package's long
+    description) points at no file outside the repository."""
+    names, _output = wheel
+    assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names), sorted(names)
+    assert "MIT License" in (ROOT / "LICENSE").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert "../" not in readme and "DESIGN.md" not in readme and "notes/" not in readme
+    for path in re.findall(r"`((?:docs|protocol|context|clients|tests)/[\w/-]+\.\w+)`", readme):
+        assert (ROOT / path.rstrip("/")).exists(), f"the README names {path}, which is missing"

@@ -96,12 +96,12 @@ async def agree(client: CompactdClient, sid: str, **budget: Any) -> dict[str, An
     measure = await client.measure(sid, **budget)
     rendered = await client.render(sid, **budget)
     tokens = rendered.tokens
-    assert measure.total == tokens["total"]
-    assert measure.categories == tokens["categories"]
-    assert measure.free == tokens["free"] and measure.limit == tokens["limit"]
+    assert measure.total == tokens.total
+    assert measure.categories == tokens.categories
+    assert measure.free == tokens.free and measure.limit == tokens.limit
     request = rendered.request
     check_anthropic_pairing(request)
-    assert tokens["estimate"] == recount_anthropic(server_view(request), Counter())
+    assert tokens.estimate == recount_anthropic(server_view(request), Counter())
     # the panel shows exactly those numbers
     console = Console(file=io.StringIO(), width=140, color_system=None)
     console.print(build_panel(unstructure(measure), title="ctx"))
@@ -113,7 +113,7 @@ async def agree(client: CompactdClient, sid: str, **budget: Any) -> dict[str, An
             assert f"{value:,}" in text
     # and the cascade, with nothing to do, hands back the very same request
     cascaded = await client.render(sid, cascade=True, **budget)
-    if not any(e["applied"] for e in cascaded.events):
+    if not any(e.applied for e in cascaded.events):
         assert cascaded.request == request
     return request
 

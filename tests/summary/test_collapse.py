@@ -51,19 +51,19 @@ async def test_collapse_segments_once_each_reversibly_while_auto_compact_waits(
 
     fake.push(Reply.answer("SEGMENT-ONE: modules c01 to c05 were inspected"))
     first = await daemon.render(sid, window=window, cascade=True)
-    applied = [e for e in first.events if e["applied"]]
-    assert [e["tier"] for e in applied] == ["collapse"]
-    assert applied[0]["details"]["turns"] == 5
+    applied = [e for e in first.events if e.applied]
+    assert [e.tier for e in applied] == ["collapse"]
+    assert applied[0].details["turns"] == 5
     tokens = first.tokens
-    assert 0.85 * tokens["limit"] < tokens["total"] <= 0.9 * tokens["limit"]
-    assert not [e for e in first.events if e["tier"] == "summary"]  # not even tried
+    assert 0.85 * tokens.limit < tokens.total <= 0.9 * tokens.limit
+    assert not [e for e in first.events if e.tier == "summary"]  # not even tried
     (sent,) = prompts(fake)
     assert systems(fake)[0].startswith("Summarize this segment")
     for k in range(1, 6):
         assert f"Request c{k:02d}:" in sent
     assert "Request c00:" not in sent and "Request c06:" not in sent
     (collapse,) = await records(daemon, sid, "collapse")
-    assert applied[0]["recordIds"] == [collapse["id"]]
+    assert applied[0].record_ids == [collapse["id"]]
     assert len(collapse["data"]["turns"]) == 5
     shown = requests_shown(first.request)
     assert {f"Request c{k:02d}" for k in range(1, 6)}.isdisjoint(shown)
@@ -75,7 +75,7 @@ async def test_collapse_segments_once_each_reversibly_while_auto_compact_waits(
 
     # once: the next request finds nothing over the target and asks for nothing
     again = await daemon.render(sid, window=window, cascade=True)
-    assert not any(e["applied"] for e in again.events)
+    assert not any(e.applied for e in again.events)
     assert again.request == first.request
     assert len(prompts(fake)) == 1
 
@@ -84,7 +84,7 @@ async def test_collapse_segments_once_each_reversibly_while_auto_compact_waits(
         await daemon.append(sid, turn(f"c{k:02d}", 3000, tool=TOOL))
     fake.push(Reply.answer("SEGMENT-TWO: modules c06 to c10"))
     second = await daemon.render(sid, window=window, cascade=True)
-    assert [e["tier"] for e in second.events if e["applied"]] == ["collapse"]
+    assert [e.tier for e in second.events if e.applied] == ["collapse"]
     assert len(prompts(fake)) == 2
     assert "Request c06:" in prompts(fake)[1] and "Request c01:" not in prompts(fake)[1]
     one, two = await records(daemon, sid, "collapse")

@@ -282,9 +282,9 @@ async def test_a_render_returns_while_a_background_summary_is_generated(
     await arrived(gate)
     # the summary is in flight and held: each of these would wait for it behind a lock
     rendered = await patient.render(sid, window=WINDOW, cascade=True)
-    assert rendered.tokens["total"] > 0
+    assert rendered.tokens.total > 0
     await patient.append(sid, turn("bg4"))  # the range the preparation took is now stale
-    assert (await patient.measure(sid, window=WINDOW)).total > rendered.tokens["total"]
+    assert (await patient.measure(sid, window=WINDOW)).total > rendered.tokens.total
     assert not gate.released.is_set() and len(fake.messages_requests()) == 1
     # once it is let go, the next range is prepared (the idle loop had to wait for the first)
     second = fake.hold()
@@ -352,19 +352,21 @@ async def test_a_render_fits_the_smallest_of_its_fallback_models(
     sid = await open_session(daemon)
     await daemon.append(sid, sixteen("fb"))
     plain = await daemon.render(sid, model="claude-sonnet-4-5")
-    assert "models" not in plain.tokens and plain.tokens["limit"] == 180_000
+    assert plain.tokens.models is None and plain.tokens.limit == 180_000
     both = await daemon.render(sid, model="claude-sonnet-4-5", fallback_models=["gpt-4"])
-    models = {m["model"]: m for m in both.tokens["models"]}
-    assert models["claude-sonnet-4-5"]["limit"] == 180_000
-    assert models["gpt-4"]["limit"] == 8192 - 2048 and models["gpt-4"]["binding"]
-    assert both.tokens["limit"] == 6144 and both.request["max_tokens"] == 20_000
-    assert both.tokens["total"] > 0.9 * 6144  # over gpt-4's threshold, far under Claude's
+    assert both.tokens.models is not None
+    models = {m.model: m for m in both.tokens.models}
+    assert models["claude-sonnet-4-5"].limit == 180_000
+    assert models["gpt-4"].limit == 8192 - 2048 and models["gpt-4"].binding
+    assert both.tokens.limit == 6144 and both.request["max_tokens"] == 20_000
+    assert both.tokens.total > 0.9 * 6144  # over gpt-4's threshold, far under Claude's
     out = await daemon.render(
         sid, model="claude-sonnet-4-5", fallback_models=["gpt-4"], cascade=True
     )
-    assert any(e["applied"] for e in out.events)
-    for budget in out.tokens["models"]:
-        assert budget["total"] <= budget["limit"]
+    assert any(e.applied for e in out.events)
+    for budget in out.tokens.models or []:
+        assert budget.total <= budget.limit
+    assert out.tokens.models
     assert out.request["model"] == "claude-sonnet-4-5"
 
 
@@ -390,8 +392,8 @@ async def test_snip_leaves_the_turns_of_a_running_function_in_its_own_view(
     assert measured.threshold < measured.total <= measured.limit
     out = await daemon.render(sid, window=WINDOW, viewer=fid, cascade=True)
     assert await records(daemon, sid, "snip") == []
-    snip = next(e for e in out.events if e["tier"] == "snip")
-    assert not snip["applied"]
+    snip = next(e for e in out.events if e.tier == "snip")
+    assert not snip.applied
     shown = " ".join(
         b.get("text", "")
         for m in out.request["messages"]

@@ -22,6 +22,7 @@ import {
   idleStatusView,
   instructionsFrom,
   serveArgs,
+  startFailureMessage,
   statusView,
   type StatusView,
 } from "./view.js";
@@ -34,39 +35,24 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   const output = vscode.window.createOutputChannel("compactd", { log: true });
   const status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
   status.command = "compactd.showContext";
-  showStatus(status, idleStatusView("starting the daemon"));
-  status.show();
   context.subscriptions.push(output, status);
+  const daemon = new Daemon(context, output, status);
 
-  // Stopped in deactivate (shutdown, exit), which VS Code awaits, unlike disposables.
-  const started = startDaemon(output);
-  client = started;
-
-  const refresh = new Refresher(started, status, output);
   context.subscriptions.push(
-    refresh,
-    vscode.commands.registerCommand("compactd.showContext", () => showContext(started, output)),
-    vscode.commands.registerCommand("compactd.compact", () => compact(started, refresh)),
+    vscode.commands.registerCommand("compactd.showContext", async () => {
+      const started = await daemon.ready();
+      if (started) await showContext(started.client, output);
+    }),
+    vscode.commands.registerCommand("compactd.compact", async () => {
+      const started = await daemon.ready();
+      if (started) await compact(started.client, started.refresh);
+    }),
     vscode.workspace.onDidChangeConfiguration((event) => {
-      if (event.affectsConfiguration(SECTION)) refresh.restartTimer();
+      if (event.affectsConfiguration(SECTION)) daemon.refresh?.restartTimer();
     }),
   );
-
-  try {
-    await started.start();
-  } catch (error) {
-    showStatus(status, idleStatusView(`the daemon did not start: ${errorMessage(error)}`));
-    output.error(errorMessage(error));
-    return;
-  }
-  // The daemon tells us when the context changes; the timer covers agents that write
-  // through another daemon when it cannot.
-  context.subscriptions.push(
-    started.onNotification("context/compacted", () => refresh.now()),
-    started.onNotification("session/changed", () => refresh.now()),
-  );
-  refresh.restartTimer();
-  await refresh.now();
+  // No daemon per window unless asked: it starts on the first command, or now with the setting.
+  if (settings().get<boolean>("startWithWorkspace")) await daemon.ready();
 }
 
 export async function deactivate(): Promise<void> {
@@ -78,12 +64,64 @@ function settings(): vscode.WorkspaceConfiguration {
   return vscode.workspace.getConfiguration(SECTION);
 }
 
-function startDaemon(output: vscode.LogOutputChannel): LanguageClient {
+/** The daemon, started once on first need; a failed start is said clearly and retried next time. */
+class Daemon {
+  refresh: Refresher | undefined;
+  private starting: Promise<{ client: LanguageClient; refresh: Refresher } | undefined> | undefined;
+
+  constructor(
+    private readonly context: vscode.ExtensionContext,
+    private readonly output: vscode.LogOutputChannel,
+    private readonly status: vscode.StatusBarItem,
+  ) {}
+
+  ready(): Promise<{ client: LanguageClient; refresh: Refresher } | undefined> {
+    this.starting ??= this.start().then((started) => {
+      if (started === undefined) this.starting = undefined;
+      return started;
+    });
+    return this.starting;
+  }
+
+  private async start(): Promise<{ client: LanguageClient; refresh: Refresher } | undefined> {
+    showStatus(this.status, idleStatusView("starting the daemon"));
+    this.status.show();
+    const { started, command } = startDaemon(this.output);
+    try {
+      await started.start();
+    } catch (error) {
+      const message = startFailureMessage(error, command);
+      showStatus(this.status, idleStatusView(message));
+      this.output.error(message);
+      void started.dispose().catch(() => undefined);
+      void vscode.window.showErrorMessage(message, "Open Settings").then((choice) => {
+        if (choice) void vscode.commands.executeCommand("workbench.action.openSettings", "compactd.command");
+      });
+      return undefined;
+    }
+    // Stopped in deactivate (shutdown, exit), which VS Code awaits, unlike disposables.
+    client = started;
+    const refresh = new Refresher(started, this.status, this.output);
+    this.refresh = refresh;
+    // The daemon tells us when the context changes; the timer covers agents that write
+    // through another daemon when it cannot.
+    this.context.subscriptions.push(
+      refresh,
+      started.onNotification("context/compacted", () => refresh.now()),
+      started.onNotification("session/changed", () => refresh.now()),
+    );
+    refresh.restartTimer();
+    await refresh.now();
+    return { client: started, refresh };
+  }
+}
+
+function startDaemon(output: vscode.LogOutputChannel): { started: LanguageClient; command: string } {
   const config = settings();
   const { command, args } = daemonCommand(config.get<string>("command"), process.env.COMPACTD_COMMAND);
   const serverOptions: ServerOptions = {
     command,
-    // No `transport`: TransportKind.stdio would append `--stdio`, which `compactd serve` rejects.
+    // No `transport`: the arguments below end with `serve`, which also takes `--stdio`.
     args: [
       ...args,
       ...serveArgs({
@@ -93,7 +131,7 @@ function startDaemon(output: vscode.LogOutputChannel): LanguageClient {
     ],
   };
   const clientOptions: LanguageClientOptions = { documentSelector: [], outputChannel: output };
-  return new LanguageClient("compactd", "compactd", serverOptions, clientOptions);
+  return { started: new LanguageClient("compactd", "compactd", serverOptions, clientOptions), command };
 }
 
 function showStatus(item: vscode.StatusBarItem, view: StatusView): void {

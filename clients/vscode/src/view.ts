@@ -182,3 +182,16 @@ export function errorMessage(error: unknown): string {
   }
   return `compactd: ${String(error)}`;
 }
+
+/**
+ * Why the daemon did not start, said so the user can fix it: a command that is not there
+ * (spawn's ENOENT — `compactd` lives in a virtualenv, not on PATH) names the setting to set.
+ */
+export function startFailureMessage(error: unknown, command: string): string {
+  const code = error !== null && typeof error === "object" ? (error as { code?: unknown }).code : undefined;
+  const text = errorMessage(error);
+  if (code === "ENOENT" || /ENOENT|not found/i.test(text)) {
+    return `compactd: daemon not found (\`${command}\`) — set \`compactd.command\` to its path, e.g. /path/to/.venv/bin/compactd`;
+  }
+  return `compactd: the daemon did not start (${text.replace(/^compactd: /, "")})`;
+}

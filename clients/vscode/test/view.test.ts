@@ -14,6 +14,7 @@ import {
   formatTokens,
   instructionsFrom,
   serveArgs,
+  startFailureMessage,
   statusView,
 } from "../src/view.js";
 
@@ -186,4 +187,12 @@ test("errorMessage names compactd's error kind", () => {
   assert.equal(errorMessage(error), "compactd (unknown_session): no session 'x'");
   assert.equal(errorMessage(new Error("boom")), "compactd: boom");
   assert.equal(errorMessage("plain"), "compactd: plain");
+});
+
+test("startFailureMessage: a missing daemon names the setting to set", () => {
+  const missing = Object.assign(new Error("spawn compactd ENOENT"), { code: "ENOENT" });
+  const text = startFailureMessage(missing, "compactd");
+  assert.match(text, /daemon not found/);
+  assert.match(text, /set `compactd\.command`/);
+  assert.doesNotMatch(startFailureMessage(new Error("exit code 2"), "compactd"), /not found/);
 });

@@ -94,6 +94,17 @@ export interface CompactedNotification {
   details: JsonObject;
 }
 
+/** What one tier did (or why it did not): `context/compacted` without the session. */
+export interface CompactionEvent {
+  tier: string;
+  applied: boolean;
+  tokensBefore: number;
+  tokensAfter: number;
+  reason: string;
+  recordIds: string[];
+  details: JsonObject;
+}
+
 export interface FunctionCompleteParams {
   sessionId: string;
   functionId: string;
@@ -141,14 +152,24 @@ export interface HeadResult {
 /** Import a transcript file the daemon can read (Claude Code, Codex, OpenHands, SWE-agent); one session per conversation in it. */
 export interface ImportParams {
   path: string;
+  /** Default: `false` (may be omitted). */
+  new?: boolean;
+  /** Default: `null` (may be omitted). */
+  workDoneToken?: string | null;
 }
 
+/** `existing`: the ids among `sessionIds` that were imported before from the same file (returned instead of a duplicate unless `new`). */
 export interface ImportResult {
   sessionIds: string[];
   warnings: string[];
+  existing?: string[];
 }
 
-export type ListParams = Record<string, never>;
+/** `prefix`: only the sessions whose id starts with it (how a short id is resolved). */
+export interface ListParams {
+  /** Default: `null` (may be omitted). */
+  prefix?: string | null;
+}
 
 export interface ListResult {
   sessions: SessionInfo[];
@@ -165,6 +186,17 @@ export interface MeasureResult {
   advice: string | null;
   turns: number;
   turnsShown: number;
+  warnings?: string[];
+}
+
+/** One model's budget for the rendered request (`binding`: the tightest). */
+export interface ModelBudget {
+  model: string | null;
+  window: number;
+  limit: number;
+  outputReserve: number;
+  total: number;
+  binding: boolean;
 }
 
 /** Open a session, creating it if needed (a new id when none is given). */
@@ -251,11 +283,31 @@ export interface RenderParams {
   fallbackModels?: string[] | null;
 }
 
+/** `warnings`: what the daemon assumed (an unknown model's window, …). */
 export interface RenderResult {
   request: JsonObject;
-  tokens: JsonObject;
-  events: JsonObject[];
+  tokens: RenderTokens;
+  events: CompactionEvent[];
   headers?: { [key: string]: string };
+  warnings?: string[];
+}
+
+/** The rendered request's size: `total` of `limit` (window − output reserve), by category, in the provider's units once calibrated (`estimate` is compactd's own count). */
+export interface RenderTokens {
+  total: number;
+  window: number;
+  limit: number;
+  outputReserve: number;
+  free: number;
+  estimate: number;
+  calibration: number;
+  categories: { [key: string]: number };
+  turns: number;
+  turnsShown: number;
+  /** Default: `0` (may be omitted). */
+  clearedByProvider?: number;
+  /** Default: `null` (may be omitted). */
+  models?: ModelBudget[] | null;
 }
 
 /** Replay a transcript under the cascade, in a scratch store (nothing is kept), and price every request with the provider's cache rules; also for "no management" and, when the transcript records usage, for the recorded run. */
@@ -323,11 +375,20 @@ export interface SessionIdleNotification {
   cleared: number;
 }
 
+/** One stored session: what `compactd sessions` shows (newest first). */
 export interface SessionInfo {
   sessionId: string;
   sizeBytes: number;
   modified: number;
   loaded: boolean;
+  /** Default: `null` (may be omitted). */
+  source?: string | null;
+  /** Default: `null` (may be omitted). */
+  title?: string | null;
+  /** Default: `0` (may be omitted). */
+  turns?: number;
+  /** Default: `0` (may be omitted). */
+  tokens?: number;
 }
 
 export interface SnipParams {
@@ -497,6 +558,10 @@ export const ERROR_CODES = {
   invalid_content: 4012,
   /** A configuration value is not valid. */
   invalid_config: 4013,
+  /** An input is over a size limit (data.limit names it: maxRequestBytes, maxMessageBytes or maxImportBytes); nothing was written. */
+  too_large: 4014,
+  /** A path the daemon will not read: not a regular file, a NUL byte in it, or a file outside the transcript's own folder. */
+  invalid_path: 4015,
   /** The head still waits for tool results. */
   pending_tool_results: 4020,
   /** expectedHead did not match: another writer moved the thread. */
@@ -524,6 +589,8 @@ export const ERROR_DESCRIPTIONS: { readonly [K in ErrorKind]: string } = {
   invalid_pairing: "A tool result does not match exactly one open tool call.",
   invalid_content: "A message or content block is malformed.",
   invalid_config: "A configuration value is not valid.",
+  too_large: "An input is over a size limit (data.limit names it: maxRequestBytes, maxMessageBytes or maxImportBytes); nothing was written.",
+  invalid_path: "A path the daemon will not read: not a regular file, a NUL byte in it, or a file outside the transcript's own folder.",
   pending_tool_results: "The head still waits for tool results.",
   head_conflict: "expectedHead did not match: another writer moved the thread.",
   cannot_fit: "Nothing the cascade may do brings the request under its limit.",

@@ -1,0 +1,128 @@
+"""Opening the files an import reads — the transcript and the files it refers to — safely.
+
+A transcript is the user's choice, but what is in it is not: a crafted one can name any file
+(`tool_use_id: "../../../secret"`), and a path handed over may be a FIFO, a device or a huge
+sparse file. So every read here is of a regular file only, never more than the read limit
+(`maxImportBytes`), opened without blocking; and a file a transcript refers to is opened one
+folder at a time below the transcript's own folder, by plain names, never through `..`, an
+absolute path or a symlink.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import InvalidContent, InvalidPath, TooLarge
+from ..policy import MAX_IMPORT_BYTES
+
+__all__ = ["read_inside", "read_limit", "read_regular"]
+
+_LIMIT: contextvars.ContextVar[int] = contextvars.ContextVar("read_limit", default=MAX_IMPORT_BYTES)
+_READ: contextvars.ContextVar[dict[str, bytes] | None] = contextvars.ContextVar(
+    "files_read", default=None
+)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_CHUNK = 4 * 2**20
+
+
+@contextlib.contextmanager
+def read_limit(max_bytes: int) -> Iterator[None]:
+    """Reads inside the block stop at `max_bytes` a file (the policy's `maxImportBytes`), and
+    a file named twice (sniffed, then imported) is read once."""
+    token = _LIMIT.set(max_bytes)
+    cache = _READ.set({})
+    try:
+        yield
+    finally:
+        _READ.reset(cache)
+        _LIMIT.reset(token)
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of a regular file (symlinks to one are fine: the user named it)."""
+    text = str(path)
+    if "\x00" in text:
+        raise InvalidPath("the path holds a NUL byte", path=text.replace("\x00", "\\0"))
+    cache = _READ.get()
+    if cache is not None and text in cache:
+        return cache[text]
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise InvalidContent(
+            f"{path}: cannot read the transcript ({error.strerror or error})", path=text
+        ) from None
+    data = _read_fd(fd, text)
+    if cache is not None:
+        cache[text] = data
+    return data
+
+
+def read_inside(folder: Path, *names: str) -> bytes:
+    """The bytes of `folder/names[0]/…/names[-1]`, each name a plain entry of the one before
+    (no separator, not `.` or `..`), none of them a symlink. `InvalidPath` otherwise."""
+    shown = "/".join(names)
+    for name in names:
+        if not name or name in (".", "..") or any(c in name for c in "/\\\x00"):
+            raise InvalidPath(
+                f"{shown!r} is not a file inside the transcript's folder",
+                path=shown.replace("\x00", "\\0"),
+            )
+    try:
+        fd = os.open(folder, os.O_RDONLY | _DIRECTORY | os.O_CLOEXEC)
+    except OSError as error:
+        raise InvalidPath(f"cannot open the transcript's folder ({error.strerror})") from None
+    try:
+        for name in names[:-1]:
+            next_fd = os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+        file_fd = os.open(
+            names[-1], os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd
+        )
+    except OSError as error:
+        raise InvalidPath(
+            f"{shown} cannot be read inside the transcript's folder ({error.strerror})",
+            path=shown,
+        ) from None
+    finally:
+        os.close(fd)
+    return _read_fd(file_fd, shown)
+
+
+def _read_fd(fd: int, shown: str) -> bytes:
+    """Read a regular file's fd to its end, refusing anything else and anything too big."""
+    limit = _LIMIT.get()
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidPath(
+                f"{shown} is not a regular file (a FIFO, device or folder is never read)",
+                path=shown,
+            )
+        if info.st_size > limit:
+            raise TooLarge(shown, "maxImportBytes", limit, info.st_size)
+        os.set_blocking(fd, True)
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            chunk = os.read(fd, min(_CHUNK, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:  # it grew while we read
+                raise TooLarge(shown, "maxImportBytes", limit)
+        return b"".join(chunks)
+    except OSError as error:
+        raise InvalidContent(
+            f"{shown}: cannot read the transcript ({error.strerror or error})", path=shown
+        ) from None
+    finally:
+        os.close(fd)
