@@ -181,15 +181,18 @@ def cascade_step_scaling(ctx: Context) -> Measurement:
     return Measurement(ratio, t, "append + cascade + render, in-process; tmpfs data dir")
 
 
+# the peak of this process's own memory (VmHWM, KiB): `ru_maxrss` would also count the bench
+# process's size when it forked the child (Linux keeps the larger across fork and exec)
 _RSS_CHILD = """
-import resource, sys
+import sys
 from compactd.context.engine import Engine
 from compactd.context.store import Store
 sys.path.insert(0, sys.argv[3])
 from cases.scale import cascade
 engine = Engine(Store(sys.argv[1]))
 cascade(engine, sys.argv[2])
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+with open("/proc/self/status") as status:
+    print(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
 """
 
 
@@ -208,7 +211,7 @@ def rss_per_log_mb(ctx: Context) -> Measurement:
             capture_output=True,
             text=True,
         ).stdout
-    peak_mb = int(out.split()[-1]) * 1024 / 1e6  # ru_maxrss is in KiB on Linux
+    peak_mb = int(out.split()[-1]) * 1024 / 1e6  # VmHWM is in KiB
     return Measurement(
         (peak_mb - 80) / log_mb,
         {},
