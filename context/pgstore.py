@@ -29,7 +29,8 @@ import psycopg.errors
 from psycopg import pq
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .errors import InvalidContent, StoreFailure, StoreUnavailable, UnknownSession
+from .errors import InvalidContent, StoreFailure, StoreUnavailable, TooLarge, UnknownSession
+from .policy import MAX_MESSAGE_BYTES
 from .store import LOCK_TIMEOUT_SECONDS, LoadReport, SessionStat, check_session_id
 
 T = TypeVar("T")
@@ -80,6 +81,7 @@ class PgStore:
     ) -> None:
         self.url = url
         self.location = location  # the URL without its password
+        self.max_event_bytes = MAX_MESSAGE_BYTES  # the policy's maxMessageBytes (engine sets it)
         self.log = log
         self._local = threading.local()
         try:  # a bad URL or password fails now, with the server's own words
@@ -351,7 +353,7 @@ class PgStore:
                 return self.append(sid, events)
         if not events:
             return self._head(conn, sid)
-        bodies, size = _encode(events)
+        bodies, size = _encode(events, self.max_event_bytes)
         seqs = [int(e["seq"]) for e in events]
         batch = uuid.uuid4()
         try:
@@ -388,7 +390,7 @@ class PgStore:
     def create(self, session_id: str, events: list[dict[str, Any]]) -> int:
         """A new session holding `events`, in one transaction."""
         sid = check_session_id(session_id)
-        bodies, size = _encode(events)
+        bodies, size = _encode(events, self.max_event_bytes)
         seqs = [int(e["seq"]) for e in events]
         batch = uuid.uuid4()
         conn = self._getconn()
@@ -558,11 +560,18 @@ def _rollback(conn: psycopg.Connection[Any]) -> None:
         conn.execute("ROLLBACK")
 
 
-def _encode(events: list[dict[str, Any]]) -> tuple[list[str], int]:
-    try:
-        bodies = [orjson.dumps(e).decode() for e in events]
-    except orjson.JSONEncodeError as exc:
-        raise InvalidContent(f"this content cannot be stored: {exc}") from None
+def _encode(events: list[dict[str, Any]], max_event_bytes: int) -> tuple[list[str], int]:
+    """The events as the files would hold them, or a typed error before anything is sent:
+    content JSON cannot hold, or one event over `maxMessageBytes` (as on the files)."""
+    bodies = []
+    for event in events:
+        try:
+            line = orjson.dumps(event)
+        except orjson.JSONEncodeError as exc:
+            raise InvalidContent(f"this content cannot be stored: {exc}") from None
+        if len(line) > max_event_bytes:
+            raise TooLarge("one message", "maxMessageBytes", max_event_bytes, len(line))
+        bodies.append(line.decode())
     return bodies, sum(len(b) + 1 for b in bodies)
 
 

@@ -13,8 +13,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import pytest_asyncio
+from compactd.context.storage import open_store
+
+from tests.support.postgres import daemon_store_url
 
 from .convo import assistant, user
 from .wire import RawDaemon, frame, serve_command
@@ -50,8 +54,18 @@ async def daemon(root: Path, data_dir: Path) -> AsyncIterator[RawDaemon]:
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
-    """Every file under the data dir, by its bytes (locks and logs alike)."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    """Every file under the data dir, by its bytes (locks and logs alike), and when the daemon
+    tests run on PostgreSQL every session's events in the data dir's database."""
+    out = {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    url = daemon_store_url(folder)
+    if url:
+        store = open_store(url, None)
+        try:
+            for sid in store.list_sessions():
+                out[f"database:{sid}"] = orjson.dumps(store.read_from(sid, 0)[0])
+        finally:
+            store.close()
+    return out
 
 
 def assert_clean(message: dict[str, Any], data_dir: Path) -> None:
@@ -361,6 +375,7 @@ async def test_a_daemon_keeps_serving_while_stdin_stays_open(root: Path) -> None
 # ---- data dir ------------------------------------------------------------------------------
 
 
+@pytest.mark.files_only
 async def test_the_watcher_survives_the_data_dir_being_removed_and_recreated(
     tmp_path: Path,
 ) -> None:
@@ -394,6 +409,7 @@ async def test_the_watcher_survives_the_data_dir_being_removed_and_recreated(
             await b.kill()
 
 
+@pytest.mark.files_only
 async def test_an_existing_data_dir_keeps_its_mode_and_new_parents_are_private(
     tmp_path: Path,
 ) -> None:
@@ -418,6 +434,7 @@ async def test_an_existing_data_dir_keeps_its_mode_and_new_parents_are_private(
         assert stat.S_IMODE(made.stat().st_mode) == 0o700, made
 
 
+@pytest.mark.files_only
 async def test_a_symlinked_session_log_is_refused_not_followed(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     outside = tmp_path / "outside.jsonl"
