@@ -22,7 +22,7 @@ from .decompose import from_anthropic, from_nodes, from_openai
 from .errors import CompactdError, InvalidContent
 from .graph import Graph, Node, Record
 from .policy import Policy, check_session_config, policy_from_config
-from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE
+from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE, project
 from .render.request import Rendered, RenderParams, render_request
 from .session import UNSET, AppendResult, Library, Session
 from .store import Store
@@ -247,16 +247,29 @@ class Engine:
         )
 
     def evict(self, session_id: str) -> None:
+        """Forget a session: everything held for it goes (its graph, estimates, calibration,
+        a prepared summary, a pending overflow, its lock object), so evicted sessions cost
+        nothing; it loads again from its log on next use."""
         self.sessions.pop(session_id, None)
         self._calibration.pop(session_id, None)
         self._prepared.pop(session_id, None)
         self._preparations.pop(session_id, None)
+        self._last_estimate.pop(session_id, None)
+        self._overflow.pop(session_id, None)
+        self.store.forget(session_id)
 
     def list(self) -> list[str]:
         return self.library.list()
 
     def policy(self, session: Session) -> Policy:
-        return policy_from_config({**self.defaults, **session.graph.config})
+        """The session's policy, kept until its graph changes (a warm render re-reads it)."""
+        g = session.graph
+        kept = g.memo.get("policy")
+        if kept is not None and kept[0] == g.version and kept[1] == id(self):
+            return kept[2]  # type: ignore[no-any-return]
+        policy = policy_from_config({**self.defaults, **g.config})
+        g.memo["policy"] = (g.version, id(self), policy)
+        return policy
 
     def provider_for(self, session: Session) -> str | None:
         """The summary provider this session uses: its config, else the daemon's default."""
@@ -337,14 +350,20 @@ class Engine:
         *,
         extra_records: list[Record] | None = None,
         calibration: Calibration | None = None,
+        unchanged_from: Rendered | None = None,
     ) -> Rendered:
         """The one render of a session: the request to send, measured as the model will see
         it — after Tier 1's server-side clears, whose edit it carries (`extra_records`: drafts
-        a cascade run is trying)."""
+        a cascade run is trying). `unchanged_from`: a render of the same request whose drafts
+        differ from these only by server-side clears — what is sent is the same, only what
+        the model sees is measured again (a cascade's Tier 1 pass does not walk it twice)."""
         policy = self.policy(session)
         cal = calibration if calibration is not None else self.calibration(session)
 
-        def render(as_seen: tuple[Collection[str], Collection[str]] | None) -> Rendered:
+        def render(
+            as_seen: tuple[Collection[str], Collection[str]] | None = None,
+            sent: Rendered | None = None,
+        ) -> Rendered:
             return render_request(
                 session.graph,
                 params.view,
@@ -354,20 +373,46 @@ class Engine:
                 counter=self.counter,
                 extra_records=extra_records,
                 as_seen=as_seen,
+                sent=sent,
             )
 
-        rendered = render(None)
+        rendered = self._sent_again(session, params, policy, cal, unchanged_from, extra_records)
+        if rendered is None:
+            rendered = render()
         proj = rendered.projection
         if not proj.server_clears:
             return rendered
+        # the seen renders come from the same walk: only the cleared calls' parts differ
         if not microcompact.server_path(policy, params.spec):
             # no provider clears this request: the same calls are cleared client-side
-            return render((proj.cache_cleared.keys(), proj.cache_cleared_inputs.keys()))
+            cleared = (proj.cache_cleared.keys(), proj.cache_cleared_inputs.keys())
+            return render(cleared, rendered)
         plan = microcompact.server_plan(rendered, policy, params.spec)
         if plan is None:  # the cleared calls are out of this request already
             return rendered
-        seen = render((plan.results, plan.inputs))
+        seen = render((plan.results, plan.inputs), rendered)
         return microcompact.server_edit(rendered, seen, plan, policy)
+
+    def _sent_again(
+        self,
+        session: Session,
+        params: RenderParams,
+        policy: Policy,
+        cal: Calibration,
+        prior: Rendered | None,
+        extra_records: list[Record] | None,
+    ) -> Rendered | None:
+        """`prior`'s request as sent, with the projection of these drafts (the same request:
+        server-side clears change nothing that is sent); None when it cannot be reused."""
+        if prior is None or not microcompact.server_path(policy, params.spec):
+            return None
+        sent = prior.server.sent if prior.server is not None else prior
+        if sent is None or sent.server is not None or params.spec.fallback_models:
+            return None
+        if sent.ratio != cal.ratio(params.spec.model):
+            return None
+        proj = project(session.graph, sent.view.own, extra_records)
+        return attrs.evolve(sent, projection=proj)
 
     def cascade(
         self,

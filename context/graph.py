@@ -116,6 +116,7 @@ class Record:
     data: dict[str, Any]
     thread: str | None = None  # None: a top-level thread; else the function whose thread
     anchor: str | None = None  # derived
+    cache: dict[Any, Any] = attrs.field(factory=dict)  # derived: memo of what it hides, per line
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "kind": self.kind, "covers": self.covers}
@@ -129,7 +130,7 @@ class Record:
 class Line:
     """A growable chain of thread node ids shared by every path that is a prefix of it."""
 
-    __slots__ = ("bounds", "ids", "pos", "turn_starts")
+    __slots__ = ("bounds", "ids", "pos", "tools", "turn_starts")
 
     def __init__(self, ids: list[str], starts: list[int], pos: dict[str, int]) -> None:
         self.ids = ids
@@ -138,6 +139,9 @@ class Line:
         # (length, turn bounds) of the path last asked: a prefix never changes, so a longer
         # path of the same line only adds to it
         self.bounds: tuple[int, tuple[tuple[int, int], ...]] | None = None
+        # tools[i]: tool calls of the nodes ids[:i], for nodes that have a successor here (a
+        # node's tool nodes are written right after it, before the next thread node: final)
+        self.tools: list[int] = [0]
 
 
 @attrs.frozen(slots=True)
@@ -168,6 +172,21 @@ class Path:
     @property
     def head(self) -> str | None:
         return self.line.ids[self.length - 1] if self.length else None
+
+    def tool_count(self, nodes: dict[str, Node]) -> int:
+        """Tool calls on the thread, without walking the history on every call: the counts of
+        nodes that have a successor on the line are kept and only extended."""
+        line = self.line
+        tools, ids = line.tools, line.ids
+        final = len(ids) - 1  # nodes before the line's last one have their tool nodes
+        while len(tools) <= final:
+            node = nodes[ids[len(tools) - 1]]
+            tools.append(tools[-1] + sum(1 for c in node.calls if nodes[c].kind == "tool"))
+        done = min(self.length, final)
+        count = tools[done]
+        for node_id in ids[done : self.length]:
+            count += sum(1 for c in nodes[node_id].calls if nodes[c].kind == "tool")
+        return count
 
     def turn_bounds(self) -> tuple[tuple[int, int], ...]:
         """Half-open index ranges of the turns; a leading run before the first user node
@@ -218,6 +237,7 @@ class Graph:
         self.last_activity = 0.0
         self.version = 0  # bumps on every applied event, for caches keyed on the graph
         self.records_version = 0  # bumps when a record is added
+        self.memo: dict[Any, Any] = {}  # derived views of records, keyed by what they depend on
         self._paths: dict[str, Path] = {}
         self._empty: dict[str | None, Path] = {}
 
@@ -482,6 +502,10 @@ class Graph:
         them when the record is well formed, so it alone decides applicability."""
         best: str | None = None
         best_key = (-1, -1)
+        # a node's depth is its position on any line holding it: look it up on the heads'
+        # lines first, rather than building a path object for every covered node
+        heads = [h for h in (*self.branches.values(), *self.function_heads.values()) if h]
+        lines = [p.line for p in (self._paths.get(h) for h in heads) if p is not None]
         for node_id in covers:
             node = self.nodes.get(node_id)
             if node is None:
@@ -489,8 +513,13 @@ class Graph:
             thread_node = node
             while not thread_node.is_thread and thread_node.parent is not None:
                 thread_node = self.nodes[thread_node.parent]
-            path = self.path(thread_node.id, thread_node.owner)
-            key = (path.length, node.seq)
+            depth = next(
+                (i + 1 for line in lines if (i := line.pos.get(thread_node.id)) is not None),
+                None,
+            )
+            if depth is None:
+                depth = self.path(thread_node.id, thread_node.owner).length
+            key = (depth, node.seq)
             if key > best_key:
                 best, best_key = thread_node.id, key
         return best

@@ -120,6 +120,12 @@ class PgStore:
 
     # ---- lifecycle -----------------------------------------------------------------------
 
+    def unchanged(self, session_id: str, offset: int) -> bool:
+        return False  # a query costs what reading nothing does: the caller reads
+
+    def forget(self, session_id: str) -> None:
+        return None  # nothing is kept per session
+
     def close(self) -> None:
         self._pool.close()
 

@@ -15,12 +15,13 @@ applied there (a snip skips just that turn; evidence names the turn of its resul
 from __future__ import annotations
 
 import bisect
+import sys
 from collections.abc import Iterable
 from typing import Any
 
 import attrs
 
-from .graph import Graph, Path, Record
+from .graph import Graph, Line, Path, Record
 from .turns import Turn, is_complete
 
 # record kinds (the log's vocabulary)
@@ -56,6 +57,8 @@ class Projection:
     evidence: dict[str, Record] = attrs.field(factory=dict)  # tool node id -> evidence
     abandoned: frozenset[str] = frozenset()  # tool node ids that will never get a result
     applied: list[Record] = attrs.field(factory=list)
+    # derived on first use: runs of whole turns hidden (turn index ranges), see `hidden_runs`
+    runs: list[tuple[int, int, str]] | None = attrs.field(default=None, init=False)
 
     def key(self) -> tuple[Any, ...]:
         return tuple(r.id for r in self.applied)
@@ -67,21 +70,25 @@ class Projection:
     def as_seen(self, results: Iterable[str], inputs: Iterable[str]) -> Projection:
         """What the model sees once the provider cleared these tool nodes' results and
         inputs (the provider's rule may reach calls no record names: it clears a prefix)."""
-        records = [*self.cache_cleared.values(), *self.cache_cleared_inputs.values()]
-        fallback = records[-1] if records else None
+        # the last record of the two (without listing every cleared call of the session)
+        fallback = next(reversed(self.cache_cleared_inputs.values()), None) or next(
+            reversed(self.cache_cleared.values()), None
+        )
         if fallback is None:
             return self
 
         def marked(ids: Iterable[str], own: dict[str, Record]) -> dict[str, Record]:
             return {i: own.get(i, fallback) for i in ids}
 
-        return attrs.evolve(
+        seen = attrs.evolve(
             self,
             cleared={**marked(results, self.cache_cleared), **self.cleared},
             cleared_inputs={**marked(inputs, self.cache_cleared_inputs), **self.cleared_inputs},
             cache_cleared={},
             cache_cleared_inputs={},
         )
+        seen.runs = self.runs  # the same turns hidden
+        return seen
 
 
 def applicable(graph: Graph, path: Path, kinds: frozenset[str] = CONTEXT_KINDS) -> list[Record]:
@@ -90,11 +97,95 @@ def applicable(graph: Graph, path: Path, kinds: frozenset[str] = CONTEXT_KINDS) 
 
 def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Projection:
     """The projection of the records applicable to `path` (plus `extra`, in-memory records a
-    tier is trying out before it decides to write them)."""
-    proj = Projection()
-    records = applicable(graph, path)
+    tier is trying out before it decides to write them).
+
+    Without `extra` it is kept per thread line and records version, and reused for a longer
+    path of the same line while nothing else could differ (no record anchored in between, no
+    protected turn touched): appending to a long session does not rebuild the per-id maps of
+    every clear and snip it ever wrote."""
     if extra:
-        records = records + [r for r in extra if graph.record_applies(r, path)]
+        records = applicable(graph, path)
+        records += [r for r in extra if graph.record_applies(r, path)]
+        return _build(graph, path, records)[0]
+    key = ("projection", path.owner, id(path.line))
+    entry = graph.memo.get(key)
+    if entry is not None and _reusable(graph, path, entry):
+        return entry.proj
+    records = applicable(graph, path)
+    proj, filtered, guard = _build(graph, path, records)
+    graph.memo[key] = _Kept(
+        graph.records_version,
+        path.line,
+        path.length,
+        _next_anchor(graph, path),
+        proj,
+        filtered,
+        [r for r in records if r.kind in _GUARDED],
+        guard,
+    )
+    return proj
+
+
+@attrs.frozen
+class _Kept:
+    """A projection kept for reuse, and what tells whether it still holds."""
+
+    version: int
+    line: Line
+    length: int
+    next_anchor: int  # line position of the nearest record anchor past `length`
+    proj: Projection
+    filtered: bool  # the guard or a summary's cut kept some record out of it
+    turn_records: list[Record]
+    guard: frozenset[str]  # the protected turns it was built with
+
+
+def _next_anchor(graph: Graph, path: Path) -> int:
+    """The nearest line position, at or past the path's end, where a record is anchored (a
+    longer path of the line reaching it may have another record in force)."""
+    pos = path.line.pos
+    out = sys.maxsize  # none: a new record bumps the records version anyway
+    for rec in graph.records:
+        if rec.thread == path.owner and rec.anchor is not None:
+            at = pos.get(rec.anchor)
+            if at is not None and path.length <= at < out:
+                out = at
+    return out
+
+
+def _reusable(graph: Graph, path: Path, kept: _Kept) -> bool:
+    if kept.version != graph.records_version or kept.line is not path.line:
+        return False
+    if not kept.length <= path.length <= kept.next_anchor:
+        return False
+    if not kept.turn_records:
+        return True
+    guard = protected_starts(graph, path)
+    if kept.filtered:  # only the very same cut: the same path, the same protected turns
+        return kept.length == path.length and guard == kept.guard
+    for rec in kept.turn_records:
+        if rec.data.get("through"):
+            if rec.data["through"] == path.head:
+                return False
+        elif not guard.isdisjoint(_turn_set(rec)):
+            return False
+    return True
+
+
+def _turn_set(rec: Record) -> frozenset[str]:
+    found = rec.cache.get("turns")
+    if found is None:
+        found = rec.cache["turns"] = frozenset(rec.data.get("turns", []))
+    return found  # type: ignore[no-any-return]
+
+
+def _build(
+    graph: Graph, path: Path, records: list[Record]
+) -> tuple[Projection, bool, frozenset[str]]:
+    """The projection of `records` on `path`; says whether a record was held back or trimmed
+    (so a longer path may differ), and with which protected turns."""
+    proj = Projection()
+    filtered = False
     undone = {r.data.get("collapse") for r in records if r.kind == UNCOLLAPSE}
     guard: frozenset[str] = frozenset()
     if any(r.kind in _GUARDED for r in records):
@@ -105,9 +196,11 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
             # a summary inside a turn replaces the latest turns by design (keeping the turn's
             # request and its newest exchanges): in force wherever something follows its cut
             if rec.data["through"] == path.head:
+                filtered = True
                 continue
             starts = rec.data.get("turns", [])
         elif kind in _GUARDED and guard.intersection(rec.data.get("turns", [])):
+            filtered = True
             if kind != SNIP:
                 continue  # it would hide a protected turn of this path: not in force here
             starts = [s for s in rec.data.get("turns", []) if s not in guard]
@@ -146,7 +239,60 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
         proj.summary_turns = frozenset(data.get("turns", []))
         if data.get("through") and data.get("partialTurn"):
             proj.summary_through = (data["partialTurn"], data["through"])
-    return proj
+    return proj, filtered, guard
+
+
+def hidden_runs(proj: Projection, path: Path) -> list[tuple[int, int, str]]:
+    """The whole turns the projection hides, as runs `(first, end, kind)` of turn indices
+    (kind `summary` over `snip` over `collapse`, as a render reads them), so a render or a
+    tier walks only what is visible and steps over a long hidden prefix at once. Positions on
+    a line never change, so this is computed once per projection."""
+    if proj.runs is not None:
+        return proj.runs
+    kinds: dict[int, str] = {}
+    for starts, kind in (
+        (proj.collapsed, COLLAPSE),
+        (proj.snipped, SNIP),
+        (proj.summary_turns, SUMMARY),
+    ):
+        for start in starts:
+            at = turn_index(path, start)
+            if at is not None:
+                kinds[at] = kind
+    runs: list[tuple[int, int, str]] = []
+    for at in sorted(kinds):
+        kind = kinds[at]
+        if runs and runs[-1][1] == at and runs[-1][2] == kind:
+            runs[-1] = (runs[-1][0], at + 1, kind)
+        else:
+            runs.append((at, at + 1, kind))
+    proj.runs = runs
+    return runs
+
+
+def turn_index(path: Path, start_id: str) -> int | None:
+    """The index of the turn of `path` that starts at `start_id` (None: not a turn start
+    on it)."""
+    at = path.line.pos.get(start_id)
+    if at is None or at >= path.length:
+        return None
+    starts = path.line.turn_starts
+    i = bisect.bisect_left(starts, at)
+    if i < len(starts) and starts[i] == at:
+        return i if starts[0] == 0 else i + 1
+    return 0 if at == 0 else None
+
+
+def visible_bounds(proj: Projection, path: Path) -> list[tuple[int, int, int]]:
+    """`(turn index, start, end)` of every turn the projection does not hide."""
+    bounds = path.turn_bounds()
+    out = []
+    at = 0
+    for first, end, _kind in (*hidden_runs(proj, path), (len(bounds), len(bounds), "")):
+        for i in range(at, min(first, len(bounds))):
+            out.append((i, *bounds[i]))
+        at = max(at, end)
+    return out
 
 
 _TURN_KINDS = frozenset({SUMMARY, COLLAPSE, SNIP})

@@ -8,6 +8,7 @@ appended — writes its events with one fsync, and only then applies them in mem
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -65,6 +66,9 @@ class Session:
     def catch_up(self) -> list[dict[str, Any]]:
         """Apply events other writers appended since we last read; returns them."""
         if self._buffer is not None:
+            return []
+        if self.store.unchanged(self.id, self.offset):
+            self.report.torn_tail = False  # nothing past what we read (a stat, not a read)
             return []
         events, report = self.store.read_from(self.id, self.offset)
         applied = []
@@ -368,10 +372,11 @@ class Library:
 
     def load(self, session_id: str) -> Session:
         sid = check_session_id(session_id)
-        events, report = self.store.read_from(sid, 0)
-        graph = Graph(sid)
-        for event in events:
-            apply_or_report(graph, event, report)
+        with _collector_paused():  # a log's objects all live on: no full collection mid-load
+            events, report = self.store.read_from(sid, 0)
+            graph = Graph(sid)
+            for event in events:
+                apply_or_report(graph, event, report)
         if not events or events[0].get("t") != "open" or graph.seq == 0:
             raise StoreFailure(
                 f"the log of session {sid!r} has no valid header; it cannot be loaded",
@@ -560,3 +565,16 @@ def _use_id_of(tool_ids: dict[str, str], node_id: str) -> str | None:
         if tid == node_id:
             return use_id
     return None
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic collector off while a log loads: millions of objects that all stay alive
+    made it walk the growing heap again and again (a 100k-message load took twice as long)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

@@ -67,6 +67,15 @@ class SessionStore(Protocol):
         """Ids of sessions other processes appended to (repeats allowed)."""
         ...
 
+    def unchanged(self, session_id: str, offset: int) -> bool:
+        """True when nothing was written after cursor `offset` and it can be told cheaply
+        (a `stat`); False when unsure, and the caller reads."""
+        ...
+
+    def forget(self, session_id: str) -> None:
+        """Drop whatever the store keeps per session (an evicted session holds nothing)."""
+        ...
+
     def close(self) -> None: ...
 
 

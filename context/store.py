@@ -193,6 +193,11 @@ class Store:
         finally:
             lock.release()
 
+    def forget(self, session_id: str) -> None:
+        """Drop the session's lock objects (an evicted session holds nothing)."""
+        self._locks.pop(session_id, None)
+        self._claims.pop(session_id, None)
+
     @contextlib.contextmanager
     def claim(self, session_id: str) -> Iterator[bool]:
         """The session's background-work claim, a lock file taken without waiting, so two
@@ -402,6 +407,10 @@ class Store:
             return self.log_path(session_id).stat().st_size
         except FileNotFoundError:
             return 0
+
+    def unchanged(self, session_id: str, offset: int) -> bool:
+        """Nothing past byte `offset`: one `stat`, where a read opened the file."""
+        return bool(offset) and self.size(session_id) == offset
 
 
 WATCH_CHECK_SECONDS = 1.0

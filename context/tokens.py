@@ -43,6 +43,10 @@ MESSAGE_OVERHEAD = 4
 BLOCK_OVERHEAD = 3
 TOOL_DEF_OVERHEAD = 8
 
+# short strings memoized at most (tool names and markers repeat; unique ids must not pile up
+# for the daemon's lifetime)
+SMALL_MEMO = 512
+
 _lock = threading.Lock()
 _encoding: tiktoken.Encoding | None = None
 
@@ -99,6 +103,8 @@ class Counter:
         self.calls += 1
         n = len(encoding().encode_ordinary(text))
         if len(text) <= 64:
+            if len(self._small) >= SMALL_MEMO:  # bounded: sessions come and go, names stay
+                self._small.clear()
             self._small[text] = n
         return n
 

@@ -8,6 +8,7 @@ never separated from its result and the latest turns are never touched.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 
 import attrs
@@ -83,6 +84,22 @@ def answered(graph: Graph, node: Node) -> bool:
     return node.kind == "assistant" and not any(graph.nodes[c].kind == "tool" for c in node.calls)
 
 
+def running_turns(graph: Graph, path: Path, turns: list[Turn]) -> list[int]:
+    """Indices of the turns `has_running` holds true for, without walking every turn: from
+    the session's running functions (and the last turn's pending calls)."""
+    out: set[int] = set()
+    starts = [t.start for t in turns]
+    for fid in graph.running:
+        holder = graph.nodes[graph.nodes[fid].parent or fid]
+        if holder.kind == "tool" and holder.function == fid and holder.parent is not None:
+            holder = graph.nodes[holder.parent]  # a function called as a tool: its call's node
+        if holder.is_thread and holder.id in path:
+            out.add(turns[bisect.bisect_right(starts, path.index(holder.id)) - 1].index)
+    if turns and has_running(graph, path, turns[-1]):
+        out.add(turns[-1].index)
+    return sorted(out)
+
+
 @attrs.frozen
 class CutPlan:
     """Which turns a tier may remove, replace or summarize."""
@@ -119,9 +136,8 @@ def plan_cuts(
         if is_complete(graph, path, turn):
             reasons.setdefault(turn.index, "latest complete turn")
             found += 1
-    for turn in turns:
-        if has_running(graph, path, turn):
-            reasons.setdefault(turn.index, "running function")
+    for index in running_turns(graph, path, turns):
+        reasons.setdefault(index, "running function")
     if keep_first_turn:
         first = next((t for t in turns if t.user_start), None)
         if first is not None:

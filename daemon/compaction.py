@@ -17,8 +17,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
-from lsprotocol.types import WorkDoneProgressBegin, WorkDoneProgressEnd, WorkDoneProgressReport
-
 from ..context.engine import Engine, RenderParams
 from ..context.errors import InvalidContent, ProviderFailure
 from ..context.policy import policy_from_config
@@ -30,7 +28,7 @@ from ..context.summarizer.types import Answer, Steps, SummaryFailure, SummaryNee
 from ..context.tiers.base import Outcome, TierEvent
 from ..context.tiers.reactive import Overflow, parse_overflow
 from ..protocol.types import CompactResult, ProviderError, ReplayParams
-from .app import App
+from .app import App, settle
 
 log = logging.getLogger("compactd.daemon")
 T = TypeVar("T")
@@ -70,6 +68,8 @@ async def cascade(app: App, session_id: str, steps: Steps[Outcome], token: str |
     for event in outcome.events:
         if event.applied:
             app.notify_compacted(session_id, event)
+    if outcome.record_ids:
+        settle()  # what the compaction left is long-lived: out of the collector's full passes
     return outcome
 
 
@@ -100,7 +100,9 @@ async def progress(app: App, token: str | None, title: str) -> AsyncIterator[Any
     if token is None:
         yield lambda message: None
         return
-    wdp = app.server.work_done_progress
+    from lsprotocol.types import WorkDoneProgressBegin, WorkDoneProgressEnd, WorkDoneProgressReport
+
+    wdp = app.server.work_done_progress  # loads pygls, if the front has not yet
     wdp.begin(token, WorkDoneProgressBegin(title=title, cancellable=True, percentage=0))
 
     def report(message: str) -> None:

@@ -10,7 +10,7 @@ from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInva
 from ..context.errors import CompactdError, TooLarge
 from ..protocol.convert import ParamsError
 from ..protocol.errors import code_for
-from .wire import plain
+from .wire import INTERNAL_MESSAGE, plain
 
 
 class CompactdRpcError(JsonRpcException):
@@ -20,9 +20,6 @@ class CompactdRpcError(JsonRpcException):
         # `kind` is the error's stable name (protocol/errors.py); an engine detail that happens
         # to be called `kind` (a node kind) must not replace it — the message names it anyway
         super().__init__(message=message, code=code_for(kind), data={**(data or {}), "kind": kind})
-
-
-INTERNAL_MESSAGE = "internal error in compactd (details are in the daemon's log)"
 
 
 def too_large(limit: str, max_bytes: int, size: int | None = None) -> CompactdRpcError:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..context.budget import known_model, model_spec
 from ..context.engine import RenderParams as EngineRenderParams
@@ -16,8 +16,11 @@ from ..protocol import methods as m
 from ..protocol import types as t
 from .app import App
 from .compaction import compact, progress, render_with_cascade, replay_transcript
-from .server import CompactdServer, rpc
+from .rpc import rpc
 from .wire import compaction_event, render_tokens
+
+if TYPE_CHECKING:
+    from .server import CompactdServer
 
 
 def engine_params(p: t.RenderParams | t.CompactParams | t.SnipParams) -> EngineRenderParams:
@@ -55,7 +58,7 @@ def assumptions(p: t.RenderParams) -> list[str]:
     return []
 
 
-def register(server: CompactdServer, app: App) -> None:
+def register(server: Any, app: App) -> None:
     engine = app.engine
 
     @rpc(server, m.SESSION_OPEN)

@@ -15,14 +15,15 @@ from ..context.policy import policy_from_config
 from ..context.store import default_data_dir
 from . import background
 from .app import App, Settings
+from .front import Front
 from .handlers import register
 from .providers import PROVIDERS
-from .server import CompactdServer
 from .stdio import serve_stdio
 
 
-def build(settings: Settings) -> tuple[CompactdServer, App]:
-    server = CompactdServer()
+def build(settings: Settings) -> tuple[Front, App]:
+    """The daemon: its services over a front that loads pygls when first needed."""
+    server = Front()
     app = App(server, settings)
     server.app = app
     register(server, app)

@@ -24,6 +24,7 @@ class Registry:
         self.last_used: dict[str, float] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.on_first_touch: list[Callable[[Session], None]] = []
+        self.on_evict: list[Callable[[str], None]] = []  # what else holds per-session state
 
     def get(self, session_id: str) -> Session:
         """The session, loaded (and caught up with other writers) for this request. The
@@ -47,16 +48,19 @@ class Registry:
         return sorted(self.engine.sessions)
 
     def evict_idle(self) -> list[str]:
-        """Drop sessions nobody used for `evict_after` seconds (and nobody holds)."""
+        """Drop sessions nobody used for `evict_after` seconds (and nobody holds). A session
+        the engine loaded by itself (an import) is timed from when this first sees it."""
         now = self.clock()
         gone = []
         for sid in list(self.engine.sessions):
             lock = self._locks.get(sid)
             if lock is not None and lock.locked():
                 continue
-            if now - self.last_used.get(sid, now) >= self.evict_after:
+            if now - self.last_used.setdefault(sid, now) >= self.evict_after:
                 self.engine.evict(sid)
                 self.last_used.pop(sid, None)
                 self._locks.pop(sid, None)
+                for hook in self.on_evict:
+                    hook(sid)
                 gone.append(sid)
         return gone

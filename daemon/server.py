@@ -1,5 +1,6 @@
-"""The pygls server: LSP framing and lifecycle, compactd's error rules, and the `rpc` decorator
-that keeps every handler a few lines over the engine.
+"""The pygls server: LSP framing and lifecycle and compactd's error rules (the `rpc` decorator
+lives in `daemon.rpc`, re-exported here). The daemon starts with `daemon.front` in its place
+and builds this on first need, so its first answer does not wait for pygls' imports.
 
 Deviations from stock pygls, all deliberate (notes/pygls.md §5):
 - replies are encoded with orjson (stock `json.dumps` costs more than a render on big results);
@@ -12,9 +13,7 @@ Deviations from stock pygls, all deliberate (notes/pygls.md §5):
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -27,11 +26,11 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.json_rpc import JsonRPCNotification, JsonRPCResponseMessage
 
 from .. import __version__
-from ..context.errors import CompactdError
-from ..protocol import errors
-from ..protocol.convert import ParamsError, structure, unstructure
-from ..protocol.types import METHODS
-from .errors import INTERNAL_MESSAGE, CompactdRpcError, to_rpc_error
+from ..protocol.convert import unstructure
+from .errors import CompactdRpcError
+from .rpc import encode_fallback as _fallback
+from .rpc import rpc
+from .wire import clean_error
 
 log = logging.getLogger("compactd.daemon")
 
@@ -109,43 +108,6 @@ class CompactdProtocol(LanguageServerProtocol):
         self._send_data({"jsonrpc": "2.0", "id": msg_id, "error": body})
 
 
-_KIND_BY_CODE = {
-    errors.PARSE_ERROR: "parse_error",
-    errors.INVALID_REQUEST: "invalid_request",
-    errors.METHOD_NOT_FOUND: "method_not_found",
-    errors.INVALID_PARAMS: "invalid_params",
-    errors.INTERNAL_ERROR: "internal_error",
-    errors.REQUEST_CANCELLED: "request_cancelled",
-    **errors.KIND_BY_CODE,
-}
-
-
-def clean_error(error: dict[str, Any]) -> dict[str, Any]:
-    """Every error a client gets carries `data.kind` and nothing of the daemon's insides:
-    pygls puts a traceback in `data` of errors it raises itself, and an unexpected
-    exception's text may name local paths — so internal errors get a fixed message and the
-    original goes to the log."""
-    code = error.get("code")
-    data = error.get("data")
-    data = dict(data) if isinstance(data, dict) else {}
-    data.pop("traceback", None)
-    data.setdefault("kind", _KIND_BY_CODE.get(code, "internal_error"))  # type: ignore[arg-type]
-    message = error.get("message")
-    if code == errors.INTERNAL_ERROR and message != INTERNAL_MESSAGE:
-        log.warning("internal error answered to a client: %s", message)
-        message = INTERNAL_MESSAGE
-        data = {"kind": "internal_error", **({"type": data["type"]} if "type" in data else {})}
-    return {"code": code, "message": message, "data": data}
-
-
-def _fallback(value: Any) -> Any:
-    if attrs.has(type(value)):
-        return unstructure(value)
-    if hasattr(value, "value"):  # enums
-        return value.value
-    raise TypeError(f"cannot encode {type(value).__name__}")
-
-
 class CompactdServer(LanguageServer):
     """One daemon process: the engine, the session registry and the background tasks."""
 
@@ -179,54 +141,6 @@ class CompactdServer(LanguageServer):
         """Send a notification (attrs params become camelCase JSON)."""
         payload = unstructure(params) if attrs.has(type(params)) else params
         self.protocol.notify(method, payload)
-
-
-def rpc(
-    server: CompactdServer, method: str, params_type: type | None = None
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register `fn(ls, params)` (or `fn(ls, params, raw)` when it needs to know which keys
-    were sent) as `method`, its params type read from the one method table
-    (`protocol.types.METHODS`, as pygls reads lsprotocol's): params structured from camelCase
-    JSON (bad ones → -32602 naming the field), engine errors → compactd codes, anything else →
-    an internal error without a traceback. `fn` may be sync or async; it returns attrs or JSON.
-    (`params_type` only for a method outside the table, as a test registers.)"""
-    params_type = params_type or METHODS[method][0]
-
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        wants_raw = len(inspect.signature(fn).parameters) == 3
-
-        async def handler(ls: CompactdServer, raw: Any) -> Any:
-            try:
-                plain = _plain(raw)
-                params = structure(plain, params_type, method)
-                result = fn(ls, params, plain or {}) if wants_raw else fn(ls, params)
-                if isinstance(result, Awaitable):
-                    result = await result
-            except asyncio.CancelledError:
-                raise
-            except (CompactdError, ParamsError, JsonRpcException) as exc:
-                raise to_rpc_error(exc) from None
-            except Exception as exc:
-                log.exception("unexpected error in %s", method)
-                raise to_rpc_error(exc) from None
-            return unstructure(result) if attrs.has(type(result)) else result
-
-        handler.__name__ = f"rpc_{method.replace('/', '_')}"
-        server.feature(method)(handler)
-        return fn
-
-    return register
-
-
-def _plain(raw: Any) -> Any:
-    """pygls hands over params as parsed JSON (or an attrs object for LSP-typed methods)."""
-    if raw is None or isinstance(raw, dict):
-        return raw
-    if attrs.has(type(raw)):
-        return unstructure(raw)
-    if hasattr(raw, "_asdict"):
-        return raw._asdict()
-    return raw
 
 
 __all__ = ["CompactdProtocol", "CompactdServer", "JsonRpcInvalidRequest", "rpc"]

@@ -20,16 +20,17 @@ import re
 import stat
 import sys
 import threading
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import attrs
 import orjson
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidRequest, JsonRpcParseError
 
 from ..context.policy import MAX_REQUEST_BYTES
 from ..protocol.types import METHODS
-from .errors import too_large
-from .server import CompactdServer
+from .front import Front
+
+if TYPE_CHECKING:
+    from pygls.exceptions import JsonRpcException
 
 log = logging.getLogger("compactd.daemon.stdio")
 PIPE_BYTES = 1024 * 1024
@@ -110,43 +111,54 @@ def valid_id(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_SAFE_ID
 
 
-def _invalid(protocol: Any, msg_id: Any, message: str) -> None:
-    protocol.send_error(msg_id, JsonRpcInvalidRequest(message=f"Invalid request: {message}"))
+def _invalid(server: Any, msg_id: Any, message: str) -> None:
+    from pygls.exceptions import JsonRpcInvalidRequest
+
+    error = JsonRpcInvalidRequest(message=f"Invalid request: {message}")
+    server.protocol.send_error(msg_id, error)
 
 
-def dispatch(server: CompactdServer, body: bytes) -> None:
+def dispatch(server: Any, body: bytes) -> None:
     """Parse one message body and hand it to the protocol, answering what it cannot. A
-    request the daemon cannot answer by its own id is refused before it runs."""
-    protocol = server.protocol
+    request the daemon cannot answer by its own id is refused before it runs. Until pygls is
+    loaded, the front answers compactd's own requests itself (`daemon.front`); pygls' types
+    are imported only on its path."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        protocol.send_error(None, JsonRpcParseError(message=f"Parse error: {exc}"))
+        from pygls.exceptions import JsonRpcParseError
+
+        server.protocol.send_error(None, JsonRpcParseError(message=f"Parse error: {exc}"))
         return
     if not isinstance(data, dict):
-        _invalid(protocol, None, "expected a JSON-RPC 2.0 object")
+        _invalid(server, None, "expected a JSON-RPC 2.0 object")
         return
     has_id = "id" in data
     msg_id = data.get("id")
     if has_id and not valid_id(msg_id):
-        _invalid(protocol, None, "'id' must be a string, null or an integer within ±(2^53-1)")
+        _invalid(server, None, "'id' must be a string, null or an integer within ±(2^53-1)")
         return
     if data.get("jsonrpc") != "2.0":
-        _invalid(protocol, msg_id, "expected a JSON-RPC 2.0 object")
+        _invalid(server, msg_id, "expected a JSON-RPC 2.0 object")
         return
     if "method" in data:
         method = data["method"]
         if not isinstance(method, str):
-            _invalid(protocol, msg_id, "'method' must be a string")
+            _invalid(server, msg_id, "'method' must be a string")
             return
         if method in METHODS and data.get("params", None) in (None, []):
             data["params"] = {}  # `{}`, `[]`, `null` and omitted all mean "no arguments"
     elif not has_id:
-        _invalid(protocol, None, "neither a request, a notification nor a response")
+        _invalid(server, None, "neither a request, a notification nor a response")
         return
     elif "result" not in data and "error" not in data:
-        _invalid(protocol, msg_id, "a response needs 'result' or 'error'; a request 'method'")
+        _invalid(server, msg_id, "a response needs 'result' or 'error'; a request 'method'")
         return
+    if isinstance(server, Front) and (not server.loaded or server.busy) and server.take(data):
+        return
+    from pygls.exceptions import JsonRpcException
+
+    protocol = server.protocol
     try:
         message = protocol.structure_message(data)
     except JsonRpcException as exc:
@@ -247,6 +259,8 @@ class FrameReader:
             )
             self._resync = True
             size = length if length <= MAX_SAFE_ID else None  # JSON peers hold 2^53 at most
+            from .errors import too_large  # pygls' types, only when a frame is refused
+
             return BadFrame(too_large("maxRequestBytes", self._max_body, size))
         while len(self._buf) < length:
             if not await self._more():
@@ -262,6 +276,8 @@ class FrameReader:
         log.warning("%s: skipped up to the next Content-Length", reason)
         del self._buf[:1]
         self._resync = True
+        from pygls.exceptions import JsonRpcParseError
+
         return BadFrame(
             JsonRpcParseError(
                 message=f"Parse error: {reason}; skipped up to the next Content-Length header",
@@ -271,7 +287,7 @@ class FrameReader:
 
 
 async def read_messages(
-    server: CompactdServer, reader: asyncio.StreamReader, max_body: int = MAX_REQUEST_BYTES
+    server: Any, reader: asyncio.StreamReader, max_body: int = MAX_REQUEST_BYTES
 ) -> None:
     """Read frames until the end of input, answering the ones that cannot be read."""
     frames = FrameReader(reader, max_body)
@@ -305,7 +321,7 @@ def _widen_pipe(stream: BinaryIO) -> None:
 
 
 async def serve_stdio(
-    server: CompactdServer,
+    server: Any,
     stdin: BinaryIO | None = None,
     stdout: BinaryIO | None = None,
     background: list[Any] | None = None,
@@ -316,7 +332,7 @@ async def serve_stdio(
         stdin = sys.stdin.buffer  # a closed stdin (`<&-`) leaves sys.stdin None: EOF at once
     stdout = stdout or sys.stdout.buffer
     _widen_pipe(stdout)
-    server.protocol.set_writer(_Writer(stdout))
+    server.set_writer(_Writer(stdout))  # the front's (pygls' once loaded)
     reader = await _open_reader(stdin)
     exit_event = server.exit_event()
     tasks = [asyncio.ensure_future(coro) for coro in (background or [])]

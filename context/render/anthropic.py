@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..tokens import Counter
+from ..tokens import MESSAGE_OVERHEAD, Counter
 from .conversation import SCHEMA, SYSTEM, TOOLS, Conversation, Message, Part
 from .tally import Tally
 
@@ -66,7 +66,14 @@ def breakpoint_messages(groups: list[list[Message]], slots: int) -> list[int]:
     for index in (n - 1, n - 3):
         if index >= 0 and index not in chosen:
             chosen.append(index)
-    anchor = next((i for i, g in enumerate(groups) if any(m.kind == "summary" for m in g)), None)
+    anchor = None
+    for i, group in enumerate(groups):  # the summary marker, if any (a plain loop: hot)
+        for m in group:
+            if m.kind == "summary":
+                anchor = i
+                break
+        if anchor is not None:
+            break
     if anchor is None:
         anchor = n - 5 if n - 5 >= 0 else None
     if anchor is not None and anchor not in chosen:
@@ -107,10 +114,15 @@ def to_anthropic(
     groups = wire_groups(conv)
     marked = set(breakpoint_messages(groups, slots)) if cache else set()
     messages = []
+    by_category = tally.by_category
     for i, group in enumerate(groups):
-        parts = [p for msg in group for p in msg.parts]
-        blocks = [p.block for p in parts]
-        tally.add_message([(p.category, p.tokens) for p in parts])
+        parts = group[0].parts if len(group) == 1 else [p for msg in group for p in msg.parts]
+        blocks = []
+        for p in parts:  # the tally counts exactly what is sent (`Tally.add_message`, inlined)
+            blocks.append(p.block)
+            by_category[p.category] += p.tokens
+        if parts:
+            by_category[parts[0].category] += MESSAGE_OVERHEAD
         if i in marked:
             _mark_last_cacheable(blocks, cache_ttl)
         messages.append({"role": group[0].role, "content": blocks})
@@ -123,6 +135,36 @@ def to_anthropic(
         request["output_config"] = {"format": {"type": "json_schema", "schema": response_schema}}
         tally.add(SCHEMA, counter.schema(response_schema))
     return request, tally
+
+
+def anthropic_tally(
+    conv: Conversation,
+    counter: Counter,
+    *,
+    system: str | list[dict[str, Any]] | None,
+    tools: list[dict[str, Any]] | None,
+    response_schema: dict[str, Any] | None,
+) -> Tally:
+    """The tally `to_anthropic` makes of the same request, without building it (what the
+    model sees after Tier 1's server-side clears is measured, not sent)."""
+    tally = Tally()
+    for block in system_blocks(system):
+        tally.add(SYSTEM, counter.system_block(block))
+    for tool in tools or []:
+        tally.add(TOOLS, counter.tool_definition(dict(tool)))
+    by_category = tally.by_category
+    for group in wire_groups(conv):
+        first = None
+        for msg in group:
+            for p in msg.parts:
+                if first is None:
+                    first = p.category
+                by_category[p.category] += p.tokens
+        if first is not None:
+            by_category[first] += MESSAGE_OVERHEAD
+    if response_schema is not None:
+        tally.add(SCHEMA, counter.schema(response_schema))
+    return tally
 
 
 def part_blocks(parts: list[Part]) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ assembles and a node is tokenized once.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import attrs
@@ -23,7 +24,10 @@ from ..policy import (
     RUNNING_FUNCTION_PLACEHOLDER,
     Policy,
 )
-from ..projection import Projection
+from ..projection import COLLAPSE as COLLAPSE_KIND
+from ..projection import SNIP as SNIP_KIND
+from ..projection import SUMMARY as SUMMARY_KIND
+from ..projection import Projection, hidden_runs
 from ..recall import cleared_note, handle_for, range_entries, range_note
 from ..tokens import BLOCK_OVERHEAD, MESSAGE_OVERHEAD, Counter
 from ..truncate import shorten_input, truncate_result
@@ -212,57 +216,94 @@ class _Builder:
         snip_run = 0
         shown_collapses: set[str] = set()
         shown = 0
-        for index, (start, end) in enumerate(bounds):
-            turn_no = index if own else -1
-            start_id = ids[start]
-            if start_id in proj.summary_turns:
-                if not summary_done and proj.summary is not None and inside is None:
-                    self.summary(proj, turn_no, hidden.get("summary", []))
+        head_id = ids[path.length - 1] if path.length else None
+        summary_nodes = hidden.get("summary", [])
+        # hidden turns come in runs (a long snipped prefix is one step, not thousands)
+        at = 0
+        for first, end, kind in (*hidden_runs(proj, path), (len(bounds), len(bounds), "")):
+            for index in range(at, first):
+                turn_no = index if own else -1
+                if snip_run:
+                    note = self.range_note(snip_nodes)
+                    self.marker(snip_marker(snip_run) + note, turn_no, "snip")
+                    snip_run = 0
+                    snip_nodes = []
+                shown += 1
+                start = bounds[index][0]
+                self.turn(
+                    path,
+                    proj,
+                    bounds[index],
+                    turn_no,
+                    inside,
+                    head_id if own else None,
+                    summary_nodes,
+                )
+                if inside is not None and inside[0] == ids[start]:
                     summary_done = True
-                continue
-            if start_id in proj.snipped:
-                snip_run += 1
-                snip_nodes.extend(ids[start:end])
-                continue
-            if snip_run:
-                self.marker(snip_marker(snip_run) + self.range_note(snip_nodes), turn_no, "snip")
-                snip_run = 0
-                snip_nodes = []
-            collapse = proj.collapsed.get(start_id)
-            if collapse is not None:
-                if collapse.id not in shown_collapses:
-                    shown_collapses.add(collapse.id)
-                    self.marker(
-                        collapse_marker(
-                            collapse.data.get("text", ""), len(collapse.data.get("turns", []))
+            if kind == SUMMARY_KIND:
+                if not summary_done and proj.summary is not None and inside is None:
+                    self.summary(proj, first if own else -1, summary_nodes)
+                    summary_done = True
+            elif kind == SNIP_KIND:
+                snip_run += end - first
+                if self.recall:  # the run's nodes, for the marker's note (one slice)
+                    snip_nodes.extend(ids[bounds[first][0] : bounds[end - 1][1]])
+            elif kind == COLLAPSE_KIND:
+                for index in range(first, end):
+                    turn_no = index if own else -1
+                    if snip_run:
+                        note = self.range_note(snip_nodes)
+                        self.marker(snip_marker(snip_run) + note, turn_no, "snip")
+                        snip_run = 0
+                        snip_nodes = []
+                    collapse = proj.collapsed[ids[bounds[index][0]]]
+                    if collapse.id not in shown_collapses:
+                        shown_collapses.add(collapse.id)
+                        self.marker(
+                            collapse_marker(
+                                collapse.data.get("text", ""), len(collapse.data.get("turns", []))
+                            )
+                            + self.range_note(hidden.get(collapse.id, [])),
+                            turn_no,
+                            "collapse",
                         )
-                        + self.range_note(hidden.get(collapse.id, [])),
-                        turn_no,
-                        "collapse",
-                    )
-                continue
-            shown += 1
-            head_id = ids[path.length - 1]
-            nodes = ids[start:end]
-            if inside is not None and inside[0] == start_id:
-                first = self.graph.nodes[start_id]
-                if first.kind == "user":  # the request stays, before the work done on it
-                    self.emit("user", self.user_parts(first), turn_no)
-                self.summary(proj, turn_no, hidden.get("summary", []))
-                summary_done = True
-                nodes = ids[path.index(inside[1]) + 1 : end]
-            for node_id in nodes:
-                node = self.graph.nodes[node_id]
-                if node.kind == "user":
-                    self.emit("user", self.user_parts(node), turn_no)
-                else:
-                    self.emit("assistant", self.assistant_parts(node, proj), turn_no)
-                    if node.calls:
-                        at_head = own and node_id == head_id
-                        self.emit("user", self.result_parts(node, proj, at_head), turn_no)
+            at = max(at, end)
         if snip_run:
             self.marker(snip_marker(snip_run) + self.range_note(snip_nodes), len(bounds), "snip")
         return len(bounds), shown
+
+    def turn(
+        self,
+        path: Path,
+        proj: Projection,
+        bounds: tuple[int, int],
+        turn_no: int,
+        inside: tuple[str, str] | None,
+        head_id: str | None,
+        summary_nodes: list[str],
+    ) -> None:
+        """One turn shown in full (after its request, the summary of its earlier part when a
+        summary cuts inside it). `head_id`: the path's head on the viewer's own thread."""
+        ids = path.line.ids
+        start, end = bounds
+        start_id = ids[start]
+        nodes = ids[start:end]
+        if inside is not None and inside[0] == start_id:
+            first = self.graph.nodes[start_id]
+            if first.kind == "user":  # the request stays, before the work done on it
+                self.emit("user", self.user_parts(first), turn_no)
+            self.summary(proj, turn_no, summary_nodes)
+            nodes = ids[path.index(inside[1]) + 1 : end]
+        for node_id in nodes:
+            node = self.graph.nodes[node_id]
+            if node.kind == "user":
+                self.emit("user", self.user_parts(node), turn_no)
+            else:
+                self.emit("assistant", self.assistant_parts(node, proj), turn_no)
+                if node.calls:
+                    at_head = node_id == head_id
+                    self.emit("user", self.result_parts(node, proj, at_head), turn_no)
 
     def summary(self, proj: Projection, turn: int, nodes: list[str] | None = None) -> None:
         assert proj.summary is not None
@@ -369,61 +410,69 @@ class _Builder:
         parts = []
         pending = []
         for call in self.graph.calls_of(node):
-            use_id = call.tool_use_id if call.kind == "tool" else f"fn_{call.id}"
-            fn = (
-                self.graph.nodes[call.function]
-                if call.function
-                else call
-                if call.kind == "function"
-                else None
-            )
-            if call.id in proj.evidence:
-                rec = proj.evidence[call.id]
-                variant: tuple[Any, ...] = ("evidence", rec.id)
-                content, is_error, cat = rec.data.get("text", ""), call.is_error, MARKERS
-            elif call.id in proj.cleared:
-                variant = ("cleared", self.recall)
-                content, is_error, cat = CLEARED_PLACEHOLDER, call.is_error, MARKERS
-                if self.recall:
-                    content = cleared_note(self.handle(call.id) or "", call.result)
-            elif fn is not None:
-                mode = self.view.expose_mode(fn)
-                variant = ("fn", fn.status, mode, fn.result_seq, self.trunc, self.recall)
-                content, is_error, cat = None, fn.is_error, TOOL_RESULTS
-            elif not call.answered:
-                if at_head and call.id not in proj.abandoned:
-                    pending.append(call.tool_use_id)
-                    continue
-                variant = ("none",)
-                content, is_error, cat = NO_RESULT_PLACEHOLDER, True, MARKERS
-            else:
-                variant = ("raw", call.result_seq, self.trunc, self.recall)
-                content, is_error, cat = None, call.is_error, TOOL_RESULTS
-            key = ("r", variant)
-            part = call.cache.get(key)
+            part = self.result_part(call, proj, at_head)
             if part is None:
-                if content is None:
-                    content = (
-                        self.function_content(fn, variant[2], self.handle(call.id))
-                        if fn is not None
-                        else truncate_result(call.result, *self.trunc, self.handle(call.id))
-                    )
-                block: dict[str, Any] = {
-                    "type": "tool_result",
-                    "tool_use_id": use_id,
-                    "content": content,
-                }
-                if is_error:
-                    block["is_error"] = True
-                part = Part(block, cat, self.counter.block(block), call.id)
-                call.cache[key] = part
-            parts.append(part)
+                pending.append(call.tool_use_id)
+            else:
+                parts.append(part)
         if pending:
             raise PendingToolResults(
                 f"cannot render: the head still waits for tool results: {', '.join(pending)}",
                 pendingToolUseIds=pending,
             )
         return parts
+
+    def result_part(self, call: Node, proj: Projection, at_head: bool) -> Part | None:
+        """The result of one call as the projection shows it (memoized on the call, per
+        variant); None for a call the head still waits on."""
+        use_id = call.tool_use_id if call.kind == "tool" else f"fn_{call.id}"
+        fn = (
+            self.graph.nodes[call.function]
+            if call.function
+            else call
+            if call.kind == "function"
+            else None
+        )
+        if call.id in proj.evidence:
+            rec = proj.evidence[call.id]
+            variant: tuple[Any, ...] = ("evidence", rec.id)
+            content, is_error, cat = rec.data.get("text", ""), call.is_error, MARKERS
+        elif call.id in proj.cleared:
+            variant = ("cleared", self.recall)
+            content, is_error, cat = CLEARED_PLACEHOLDER, call.is_error, MARKERS
+            if self.recall:
+                content = cleared_note(self.handle(call.id) or "", call.result)
+        elif fn is not None:
+            mode = self.view.expose_mode(fn)
+            variant = ("fn", fn.status, mode, fn.result_seq, self.trunc, self.recall)
+            content, is_error, cat = None, fn.is_error, TOOL_RESULTS
+        elif not call.answered:
+            if at_head and call.id not in proj.abandoned:
+                return None
+            variant = ("none",)
+            content, is_error, cat = NO_RESULT_PLACEHOLDER, True, MARKERS
+        else:
+            variant = ("raw", call.result_seq, self.trunc, self.recall)
+            content, is_error, cat = None, call.is_error, TOOL_RESULTS
+        key = ("r", variant)
+        part = call.cache.get(key)
+        if part is None:
+            if content is None:
+                content = (
+                    self.function_content(fn, variant[2], self.handle(call.id))
+                    if fn is not None
+                    else truncate_result(call.result, *self.trunc, self.handle(call.id))
+                )
+            block: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": use_id,
+                "content": content,
+            }
+            if is_error:
+                block["is_error"] = True
+            part = Part(block, cat, self.counter.block(block), call.id)
+            call.cache[key] = part
+        return part
 
     def function_content(self, fn: Node, mode: str, handle: str | None = None) -> Any:
         if fn.status == "running":
@@ -468,6 +517,45 @@ def _short(value: Any, limit: int = 200) -> str:
 
     text = orjson.dumps(value).decode()
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def seen_conversation(
+    graph: Graph,
+    view: View,
+    sent: Conversation,
+    cleared: tuple[Collection[str], Collection[str]],
+    seen_proj: Projection,
+    policy: Policy,
+    counter: Counter,
+    recall: bool = False,
+) -> Conversation:
+    """The conversation the model sees once the provider applied Tier 1's server-side clears,
+    from the one as sent: the same messages, with the parts of those calls (their results,
+    their long inputs) swapped for what a build from `seen_proj` would emit — a render on the
+    server path walks the thread once, not twice."""
+    builder = _Builder(graph, view, policy, counter, recall)
+    results, inputs = cleared  # the tool nodes whose results, and whose inputs, are cleared
+    nodes = graph.nodes
+    messages = []
+    for msg in sent.messages:
+        swapped: list[Part] | None = None
+        if msg.kind != "caller":  # the caller's prefix has a projection of its own
+            for i, part in enumerate(msg.parts):
+                node = part.node
+                if node is None or (node not in results and node not in inputs):
+                    continue
+                kind = part.block.get("type")
+                new: Part | None = part
+                if kind == "tool_result" and node in results:
+                    new = builder.result_part(nodes[node], seen_proj, at_head=False)
+                elif kind == "tool_use" and node in inputs:
+                    new = builder.call_part(nodes[node], node in seen_proj.cleared_inputs)
+                if new is not None and new is not part:
+                    if swapped is None:
+                        swapped = list(msg.parts)
+                    swapped[i] = new
+        messages.append(msg if swapped is None else Message(msg.role, swapped, msg.turn, msg.kind))
+    return Conversation(messages, sent.turns_total, sent.turns_shown)
 
 
 def build_conversation(

@@ -7,7 +7,7 @@ compaction decisions and the final request always agree.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import attrs
@@ -20,8 +20,15 @@ from ..projection import Projection, project
 from ..recall import with_recall_tool
 from ..tokens import COUNTER, Counter
 from ..visibility import View, ViewOptions, resolve_view
-from .anthropic import to_anthropic
-from .conversation import ALL_CATEGORIES, FREE, OUTPUT_RESERVE, Conversation, build_conversation
+from .anthropic import anthropic_tally, to_anthropic
+from .conversation import (
+    ALL_CATEGORIES,
+    FREE,
+    OUTPUT_RESERVE,
+    Conversation,
+    build_conversation,
+    seen_conversation,
+)
 from .openai import to_openai
 from .tally import Tally
 
@@ -74,14 +81,24 @@ class ServerEdit:
     """Tier 1's server path on a rendered request: what is sent differs from what the model
     sees. `Rendered` measures what the model sees; this keeps the request as sent."""
 
-    seen_request: dict[str, Any]  # the request after the provider's clears (what it caches)
+    # the request after the provider's clears (what it caches): built when first asked for,
+    # since only a replay's cache model reads it
+    build_seen: Callable[[], dict[str, Any]]
     sent_estimate: int  # our count of the request as sent, before the provider clears
     headers: dict[str, str]  # HTTP headers the request needs (the context-management beta)
+    sent: Rendered | None = None  # the render of the request as sent
+    _seen: dict[str, Any] | None = None
+
+    @property
+    def seen_request(self) -> dict[str, Any]:
+        if self._seen is None:
+            self._seen = self.build_seen()
+        return self._seen
 
 
 @attrs.define
 class Rendered:
-    request: dict[str, Any]  # the body to send
+    _request: dict[str, Any] | None  # the body to send (None: built when first asked for)
     tally: Tally  # of what the model sees (after a server-side clear, if any)
     ratio: float
     budget: Budget  # the budget the request must fit: the smallest of its models'
@@ -91,6 +108,28 @@ class Rendered:
     server: ServerEdit | None = None
     # with fallback models: every model's budget and calibration ratio, the request's first
     models: list[tuple[Budget, float]] = attrs.field(factory=list)
+    build: Callable[[], dict[str, Any]] | None = None
+
+    @property
+    def request(self) -> dict[str, Any]:
+        """The body to send."""
+        if self._request is None:
+            assert self.build is not None
+            self._request = self.build()
+        return self._request
+
+    @request.setter
+    def request(self, value: dict[str, Any]) -> None:
+        self._request = value
+
+    def request_builder(self) -> Callable[[], dict[str, Any]]:
+        """What gives this render's request (built or not yet), kept before a caller
+        replaces `request` (the server path sends another)."""
+        built, build = self._request, self.build
+        if built is not None:
+            return lambda: built
+        assert build is not None
+        return build
 
     @property
     def headers(self) -> dict[str, str]:
@@ -184,17 +223,27 @@ def render_request(
     counter: Counter = COUNTER,
     extra_records: list[Record] | None = None,
     as_seen: tuple[Collection[str], Collection[str]] | None = None,
+    sent: Rendered | None = None,
 ) -> Rendered:
     """`as_seen` (tool node ids whose results, and whose inputs, the provider clears): render
     what the model sees once the provider applied Tier 1's server-side clear, those results
-    and inputs replaced as the time path would."""
-    view = resolve_view(graph, options)
-    own = project(graph, view.own, extra_records)
-    if as_seen is not None:
-        own = own.as_seen(*as_seen)
-    caller = project(graph, view.caller) if view.caller is not None else None
+    and inputs replaced as the time path would. `sent`, the render of the same request as
+    sent, lends it its conversation (only those calls' parts differ), and on the Anthropic
+    format the seen request is measured and built only when asked for."""
     recall = policy.recall if spec.recall is None else spec.recall
-    conversation = build_conversation(graph, view, own, caller, policy, counter, recall)
+    if as_seen is not None and sent is not None:
+        view = sent.view
+        own = sent.projection.as_seen(*as_seen)
+        conversation = seen_conversation(
+            graph, view, sent.conversation, as_seen, own, policy, counter, recall
+        )
+    else:
+        view = resolve_view(graph, options)
+        own = project(graph, view.own, extra_records)
+        if as_seen is not None:
+            own = own.as_seen(*as_seen)
+        caller = project(graph, view.caller) if view.caller is not None else None
+        conversation = build_conversation(graph, view, own, caller, policy, counter, recall)
     own_budget = spec.budget()
     budget, ratio, models = own_budget, _ratio(calibration, spec.model), []
     if spec.fallback_models:
@@ -209,6 +258,26 @@ def render_request(
         tools=with_recall_tool(spec.tools) if recall else spec.tools,
         response_schema=spec.response_schema,
     )
+    if spec.format == "anthropic" and as_seen is not None and sent is not None:
+        # what the model sees on the server path is measured; its request (what the provider
+        # caches) is built only if asked for
+        seen = conversation
+        tally = anthropic_tally(
+            seen,
+            counter,
+            system=spec.system,
+            tools=common["tools"],  # type: ignore[arg-type]
+            response_schema=spec.response_schema,
+        )
+
+        def build() -> dict[str, Any]:
+            return to_anthropic(
+                seen, counter, cache=spec.cache, cache_ttl=spec.cache_ttl, **common
+            )[0]
+
+        return Rendered(
+            None, tally, ratio, budget, conversation, own, view, models=models, build=build
+        )
     if spec.format == "anthropic":
         request, tally = to_anthropic(
             conversation, counter, cache=spec.cache, cache_ttl=spec.cache_ttl, **common

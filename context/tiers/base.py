@@ -17,7 +17,7 @@ from ..budget import Calibration
 from ..errors import HeadConflict
 from ..graph import Path, Record
 from ..policy import Policy
-from ..projection import CONTEXT_KINDS, REACTIVE
+from ..projection import CLEAR, CONTEXT_KINDS, REACTIVE
 from ..render.request import Rendered, RenderParams, RequestSpec
 from ..session import Session
 from ..summarizer.types import Steps
@@ -100,7 +100,8 @@ class Run:
     # -- rendering with drafts ------------------------------------------------------------------
 
     def render(self, extra: list[Record] | None = None) -> Rendered:
-        """The request with this run's drafts (and `extra` ones a tier is only trying)."""
+        """The request with this run's drafts (and `extra` ones a tier is only trying): a walk
+        of its own (a trial compares its parts with the current render's)."""
         return self.engine.render_session(
             self.session,
             RenderParams(self.view, self.spec),
@@ -108,8 +109,14 @@ class Run:
             calibration=self.calibration(),
         )
 
-    def rerender(self) -> None:
-        self.rendered = self.render()
+    def rerender(self, unchanged_from: Rendered | None = None) -> None:
+        self.rendered = self.engine.render_session(
+            self.session,
+            RenderParams(self.view, self.spec),
+            extra_records=list(self.drafts),
+            calibration=self.calibration(),
+            unchanged_from=unchanged_from,
+        )
         self.memo.clear()
 
     def calibration(self) -> Calibration:
@@ -128,12 +135,11 @@ class Run:
     def propose(self, record: dict[str, Any], event: TierEvent) -> None:
         """Adopt a draft record and re-render with it; `event` gets the token delta."""
         before = self.total
-        self.drafts.append(
-            self.graph.draft_record(
-                record["kind"], record["covers"], record.get("data", {}), record.get("thread")
-            )
+        draft = self.graph.draft_record(
+            record["kind"], record["covers"], record.get("data", {}), record.get("thread")
         )
-        self.rerender()
+        self.drafts.append(draft)
+        self.rerender(self.rendered if _server_side(draft) else None)
         event.applied, event.tokens_before, event.tokens_after = True, before, self.total
         self.pending.append((record, event))
         self.events.append(event)
@@ -217,3 +223,8 @@ class Run:
 
     def outcome(self, tokens_before: int, record_ids: list[str]) -> Outcome:
         return Outcome(self.rendered, self.events, record_ids, tokens_before)
+
+
+def _server_side(record: Record) -> bool:
+    """A clear the provider makes (Tier 1's server path): it changes nothing that is sent."""
+    return record.kind == CLEAR and record.data.get("mode") == "cache"

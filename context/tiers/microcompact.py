@@ -32,7 +32,7 @@ import attrs
 
 from ..graph import Graph, Path
 from ..policy import CLEARED_PLACEHOLDER, Policy, is_compactable
-from ..projection import CLEAR, Projection
+from ..projection import CLEAR, Projection, visible_bounds
 from ..render.request import Rendered, RequestSpec, ServerEdit
 from ..truncate import has_long_strings
 from .base import Run, TierEvent
@@ -75,17 +75,24 @@ def candidates(
 ) -> Candidates:
     """What one pass may clear. `server`: the provider will clear them, and it clears every
     result of a compactable tool older than the `keep` newest — so the pass takes them all
-    (short ones, kept evidence, ones without a result too), and measure matches what it sees."""
-    calls = tool_calls(graph, path)
-    hidden = _hidden_nodes(graph, path, proj)
-    compactable = [
-        c
-        for c in calls
-        if (server or graph.nodes[c].answered)
-        and graph.nodes[c].function is None
-        and is_compactable(policy, graph.nodes[c].name)
-        and c not in hidden
-    ]
+    (short ones, kept evidence, ones without a result too), and measure matches what it sees.
+
+    Only the turns the context shows are walked (calls in summarized, collapsed or snipped
+    turns are out of it already); the count of every call comes from the line's memo."""
+    nodes = graph.nodes
+    ids = path.line.ids
+    compactable = []
+    for _index, start, end in visible_bounds(proj, path):
+        for node_id in ids[start:end]:
+            for c in nodes[node_id].calls:
+                call = nodes[c]
+                if (
+                    call.kind == "tool"
+                    and (server or call.answered)
+                    and call.function is None
+                    and is_compactable(policy, call.name)
+                ):
+                    compactable.append(c)
     keep = (
         set(compactable[-policy.microcompact_keep_recent :])
         if policy.microcompact_keep_recent
@@ -115,7 +122,7 @@ def candidates(
             at = rec.data.get("atCalls")
             if isinstance(at, int) and (last is None or at > last):
                 last = at
-    return Candidates(len(calls), clearable, last, inputs)
+    return Candidates(path.tool_count(nodes), clearable, last, inputs)
 
 
 def larger_than_placeholder(result: Any) -> bool:
@@ -128,20 +135,6 @@ def larger_than_placeholder(result: Any) -> bool:
             return True  # images and documents are always worth clearing
         return sum(len(b.get("text", "")) for b in result) > len(CLEARED_PLACEHOLDER)
     return False
-
-
-def _hidden_nodes(graph: Graph, path: Path, proj: Projection) -> set[str]:
-    """Tool nodes already out of the context (summarized, collapsed or snipped turns)."""
-    hidden_starts = set(proj.summary_turns) | set(proj.snipped) | set(proj.collapsed)
-    if not hidden_starts:
-        return set()
-    out: set[str] = set()
-    ids = path.line.ids
-    for start, end in path.turn_bounds():
-        if ids[start] in hidden_starts:
-            for node_id in ids[start:end]:
-                out.update(graph.nodes[node_id].calls)
-    return out
 
 
 def count_due(c: Candidates, policy: Policy) -> bool:
@@ -160,7 +153,8 @@ def clear_record(
     `inputs` lose their long strings; `covers` lists every call touched. `mode: "cache"`: the
     provider does it server-side and the messages sent keep them."""
     results, inputs = list(c.clearable), list(c.inputs)
-    covers = results + [i for i in inputs if i not in set(results)]
+    taken = set(results)  # once: rebuilding it per element made a large first pass quadratic
+    covers = results + [i for i in inputs if i not in taken]
     return {
         "kind": CLEAR,
         "covers": covers,
@@ -204,8 +198,13 @@ def server_plan(sent: Rendered, policy: Policy, spec: RequestSpec) -> ServerPlan
     exclude = sorted(n for n in names if isinstance(n, str) and not is_compactable(policy, n))
     eligible = [(block, node) for block, node in uses if block.get("name") not in exclude]
     proj = sent.projection
-    marked = proj.cache_cleared.keys() | proj.cache_cleared_inputs.keys()
-    last = max((i for i, (_, node) in enumerate(eligible) if node in marked), default=None)
+    # membership, not a set of every cleared call: the session may have cleared tens of
+    # thousands more, long summarized or snipped away
+    results, inputs = proj.cache_cleared, proj.cache_cleared_inputs
+    last = max(
+        (i for i, (_, node) in enumerate(eligible) if node in results or node in inputs),
+        default=None,
+    )
     if last is None:
         return None
     cleared = eligible[: last + 1]
@@ -243,7 +242,8 @@ def server_edit(sent: Rendered, seen: Rendered, plan: ServerPlan, policy: Policy
         "clear_at_least": {"type": "input_tokens", "value": at_least},
     }
     seen.server = ServerEdit(
-        seen_request=seen.request,
+        build_seen=seen.request_builder(),
+        sent=sent,
         sent_estimate=sent.tally.prompt,
         headers={"anthropic-beta": CONTEXT_MANAGEMENT_BETA},
     )

@@ -16,8 +16,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from lsprotocol.types import CancelParams  # pygls types this notification
-
 from ...context.summarizer import digest
 from ...context.summarizer.types import SummaryFailure, SummaryRequest, SummaryResult
 from ...protocol import methods
@@ -55,13 +53,13 @@ class ClientSummaryProvider:
         try:
             raw = await asyncio.wait_for(future, self.timeout_seconds)
         except TimeoutError:
-            self.protocol.notify("$/cancelRequest", CancelParams(id=msg_id))
+            self.protocol.notify("$/cancelRequest", _cancel(msg_id))
             raise SummaryFailure(
                 "timeout",
                 f"the client did not answer context/summarize within {self.timeout_seconds:.0f} s",
             ) from None
         except asyncio.CancelledError:
-            self.protocol.notify("$/cancelRequest", CancelParams(id=msg_id))
+            self.protocol.notify("$/cancelRequest", _cancel(msg_id))
             raise
         except Exception as exc:  # the client answered with an error
             raise SummaryFailure("other", f"the client's summarizer failed: {exc}") from None
@@ -103,3 +101,10 @@ def make_provider(
     raise SummaryFailure(
         "unavailable", f"unknown summary provider {name!r}; use one of {', '.join(PROVIDERS)}"
     )
+
+
+def _cancel(msg_id: Any) -> Any:
+    """pygls types this notification's params (imported here: the daemon starts without it)."""
+    from lsprotocol.types import CancelParams
+
+    return CancelParams(id=msg_id)
