@@ -14,17 +14,20 @@ from ..protocol.types import CompactedNotification, CompactionEvent, ModelBudget
 log = logging.getLogger("compactd.daemon")
 
 
+def _event_fields(event: TierEvent) -> dict[str, Any]:
+    return {
+        "tier": event.tier,
+        "applied": event.applied,
+        "tokens_before": event.tokens_before,
+        "tokens_after": event.tokens_after,
+        "reason": event.reason,
+        "record_ids": list(event.record_ids),
+        "details": event.details,
+    }
+
+
 def compacted(session_id: str, event: TierEvent) -> CompactedNotification:
-    return CompactedNotification(
-        session_id=session_id,
-        tier=event.tier,
-        applied=event.applied,
-        tokens_before=event.tokens_before,
-        tokens_after=event.tokens_after,
-        reason=event.reason,
-        record_ids=list(event.record_ids),
-        details=event.details,
-    )
+    return CompactedNotification(session_id=session_id, **_event_fields(event))
 
 
 def event_json(event: TierEvent) -> dict[str, Any]:
@@ -36,15 +39,7 @@ def event_json(event: TierEvent) -> dict[str, Any]:
 
 def compaction_event(event: TierEvent) -> CompactionEvent:
     """A tier's event as render's typed `events` hold it."""
-    return CompactionEvent(
-        tier=event.tier,
-        applied=event.applied,
-        tokens_before=event.tokens_before,
-        tokens_after=event.tokens_after,
-        reason=event.reason,
-        record_ids=list(event.record_ids),
-        details=event.details,
-    )
+    return CompactionEvent(**_event_fields(event))
 
 
 def render_tokens(tokens: dict[str, Any]) -> RenderTokens:

@@ -9,6 +9,7 @@ tiers and the cascade that calls them have no cycle between them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import attrs
@@ -20,6 +21,7 @@ from ..policy import Policy
 from ..projection import CLEAR, CONTEXT_KINDS, REACTIVE
 from ..render.request import Rendered, RenderParams, RequestSpec
 from ..session import Session
+from ..summarizer.input import Range, SummaryInput, build_input
 from ..summarizer.types import Steps
 from ..visibility import ViewOptions
 
@@ -98,6 +100,19 @@ class Run:
         self.target = min(self.threshold, int(policy.cascade_target * self.limit))
 
     # -- rendering with drafts ------------------------------------------------------------------
+
+    def summary_input(self, rng: Range, evidence: Mapping[str, str] | None = None) -> SummaryInput:
+        """The summarizer's input for `rng`, as this run's current render shows it."""
+        rendered = self.rendered
+        return build_input(
+            self.graph,
+            self.path,
+            rendered.projection,
+            rendered.conversation,
+            rng,
+            self.engine.counter,
+            evidence,
+        )
 
     def render(self, extra: list[Record] | None = None) -> Rendered:
         """The request with this run's drafts (and `extra` ones a tier is only trying): a walk

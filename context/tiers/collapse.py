@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ..projection import COLLAPSE
 from ..summarizer.generate import Limits, generate
-from ..summarizer.input import Range, build_input
+from ..summarizer.input import Range
 from ..summarizer.instructions import collapse_system
 from ..summarizer.types import Steps, SummaryFailure
 from ..turns import Turn, turn_node_ids
@@ -67,14 +67,7 @@ def apply(run: Run) -> Steps[None]:
             break
         covers = [i for t in seg for i in turn_node_ids(run.graph, run.path, t)]
         rng = Range(seg, seg, covers)
-        inp = build_input(
-            run.graph,
-            run.path,
-            run.rendered.projection,
-            run.rendered.conversation,
-            rng,
-            run.engine.counter,
-        )
+        inp = run.summary_input(rng)
         try:
             text, usage = yield from generate(
                 inp,

@@ -44,7 +44,7 @@ from ..summarizer.evidence import (
     parse_evidence,
 )
 from ..summarizer.generate import Limits, generate
-from ..summarizer.input import Range, SummaryInput, build_input, user_request_texts
+from ..summarizer.input import Range, SummaryInput, user_request_texts
 from ..summarizer.instructions import checkpoint_system
 from ..summarizer.types import Steps, SummaryFailure, SummaryNeeded
 from ..tokens import IMAGE_TOKENS, MESSAGE_OVERHEAD
@@ -199,14 +199,7 @@ class Checkpoint:
 def range_key(run: Run, rng: Range, instructions: str | None) -> PreparedKey:
     """The key of `rng`'s checkpoint: the hash of its input before evidence, the model and the
     instructions — a summary made for another of the three is not this one."""
-    inp = build_input(
-        run.graph,
-        run.path,
-        run.rendered.projection,
-        run.rendered.conversation,
-        rng,
-        run.engine.counter,
-    )
+    inp = run.summary_input(rng)
     return inp.digest, run.policy.summary_model or None, instructions or ""
 
 
@@ -290,15 +283,7 @@ def write_checkpoint(
     from."""
     sources = evidence_sources(run, rng)
     evidence = (yield from condense(run, sources, limits)) if sources else []
-    inp = build_input(
-        run.graph,
-        run.path,
-        run.rendered.projection,
-        run.rendered.conversation,
-        rng,
-        run.engine.counter,
-        {src.node: line for src, line in evidence},
-    )
+    inp = run.summary_input(rng, {src.node: line for src, line in evidence})
     text, usage = yield from generate(
         inp,
         purpose="rolling",
