@@ -363,6 +363,7 @@ class Engine:
         def render(
             as_seen: tuple[Collection[str], Collection[str]] | None = None,
             sent: Rendered | None = None,
+            by_provider: bool = False,
         ) -> Rendered:
             return render_request(
                 session.graph,
@@ -374,6 +375,7 @@ class Engine:
                 extra_records=extra_records,
                 as_seen=as_seen,
                 sent=sent,
+                by_provider=by_provider,
             )
 
         rendered = self._sent_again(session, params, policy, cal, unchanged_from, extra_records)
@@ -390,7 +392,7 @@ class Engine:
         plan = microcompact.server_plan(rendered, policy, params.spec)
         if plan is None:  # the cleared calls are out of this request already
             return rendered
-        seen = render((plan.results, plan.inputs), rendered)
+        seen = render((plan.results, plan.inputs), rendered, by_provider=True)
         return microcompact.server_edit(rendered, seen, plan, policy)
 
     def _sent_again(

@@ -224,18 +224,28 @@ def render_request(
     extra_records: list[Record] | None = None,
     as_seen: tuple[Collection[str], Collection[str]] | None = None,
     sent: Rendered | None = None,
+    by_provider: bool = False,
 ) -> Rendered:
     """`as_seen` (tool node ids whose results, and whose inputs, the provider clears): render
     what the model sees once the provider applied Tier 1's server-side clear, those results
     and inputs replaced as the time path would. `sent`, the render of the same request as
     sent, lends it its conversation (only those calls' parts differ), and on the Anthropic
-    format the seen request is measured and built only when asked for."""
+    format the seen request is measured and built only when asked for. `by_provider`: the
+    provider clears them (Tier 1's server path), so the model sees its placeholder, which
+    names no recall handle."""
     recall = policy.recall if spec.recall is None else spec.recall
     if as_seen is not None and sent is not None:
         view = sent.view
         own = sent.projection.as_seen(*as_seen)
         conversation = seen_conversation(
-            graph, view, sent.conversation, as_seen, own, policy, counter, recall
+            graph,
+            view,
+            sent.conversation,
+            as_seen,
+            own,
+            policy,
+            counter,
+            recall and not by_provider,
         )
     else:
         view = resolve_view(graph, options)
