@@ -33,6 +33,7 @@ from .recall import RecallCounts
 from .render.request import Rendered, RequestSpec
 from .summarizer.types import Steps
 from .tiers.base import TierEvent
+from .tiers.microcompact import CLEAR_EDIT
 from .tokens import MESSAGE_OVERHEAD, Counter
 from .visibility import ViewOptions
 
@@ -287,7 +288,7 @@ def _applied_edits(rendered: Rendered, ratio: float) -> list[dict[str, Any]] | N
     if rendered.server is None:
         return None
     cleared = round((rendered.sent_estimate - rendered.estimate) * ratio)
-    return [{"type": "clear_tool_uses_20250919", "cleared_input_tokens": cleared}]
+    return [{"type": CLEAR_EDIT, "cleared_input_tokens": cleared}]
 
 
 def scaled(blocks: list[tuple[bytes, int]], ratio: float) -> list[tuple[bytes, int]]:

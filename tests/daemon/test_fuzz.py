@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from .convo import assistant, tool_use, user
 from .test_hardening import assert_clean, snapshot
-from .wire import RawDaemon, frame
+from .wire import RawDaemon, frame, seeded_daemon
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -176,20 +176,9 @@ def data_dir(root: Path) -> Path:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def daemon(root: Path, data_dir: Path) -> AsyncIterator[RawDaemon]:
-    raw = await RawDaemon.spawn(
-        data_dir, "--summary-provider", "digest", log_path=root / "daemon.log"
-    )
-    try:
-        await raw.call("session/open", {"sessionId": SID})
-        await raw.call(
-            "session/append",
-            {"sessionId": SID, "messages": [user("hello"), assistant("hi"), user("go on")]},
-        )
+    hello = [user("hello"), assistant("hi"), user("go on")]
+    async with seeded_daemon(data_dir, {SID: hello}, "--summary-provider", "digest") as raw:
         yield raw
-        assert await raw.shutdown_and_exit() == 0
-    finally:
-        await raw.kill()
-    assert raw.violations == []
     assert "unexpected error" not in raw.log_text()  # no handler hit an unplanned exception
 
 

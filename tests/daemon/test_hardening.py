@@ -21,7 +21,7 @@ from compactd.context.storage import open_store
 from tests.support.postgres import daemon_store_url
 
 from .convo import assistant, user
-from .wire import RawDaemon, frame, serve_command
+from .wire import RawDaemon, frame, seeded_daemon, serve_command
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -40,15 +40,8 @@ def data_dir(root: Path) -> Path:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def daemon(root: Path, data_dir: Path) -> AsyncIterator[RawDaemon]:
-    raw = await RawDaemon.spawn(data_dir, log_path=root / "daemon.log")
-    try:
-        await raw.call("session/open", {"sessionId": SID})
-        await raw.call("session/append", {"sessionId": SID, "messages": [user("hello")]})
+    async with seeded_daemon(data_dir, {SID: [user("hello")]}) as raw:
         yield raw
-        assert await raw.shutdown_and_exit() == 0
-    finally:
-        await raw.kill()
-    assert raw.violations == []
     for message in raw.received:
         assert_clean(message, data_dir)
 

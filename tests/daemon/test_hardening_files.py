@@ -19,7 +19,7 @@ import pytest_asyncio
 
 from .convo import assistant, tool_use, user
 from .test_hardening import assert_clean, snapshot
-from .wire import RawDaemon
+from .wire import RawDaemon, seeded_daemon
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -41,18 +41,12 @@ def data_dir(root: Path) -> Path:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def daemon(root: Path, data_dir: Path) -> AsyncIterator[RawDaemon]:
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("COMPACTD_MAX_IMPORT_BYTES", str(IMPORT_LIMIT))
-        env.setenv("COMPACTD_MAX_MESSAGE_BYTES", str(MESSAGE_LIMIT))
-        raw = await RawDaemon.spawn(data_dir, log_path=root / "daemon.log")
-    try:
-        await raw.call("session/open", {"sessionId": SID})
-        await raw.call("session/append", {"sessionId": SID, "messages": [user("hello")]})
+    limits = {
+        "COMPACTD_MAX_IMPORT_BYTES": str(IMPORT_LIMIT),
+        "COMPACTD_MAX_MESSAGE_BYTES": str(MESSAGE_LIMIT),
+    }
+    async with seeded_daemon(data_dir, {SID: [user("hello")]}, env=limits) as raw:
         yield raw
-        assert await raw.shutdown_and_exit() == 0
-    finally:
-        await raw.kill()
-    assert raw.violations == []
     for message in raw.received:
         assert_clean(message, data_dir)
 

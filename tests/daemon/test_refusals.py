@@ -17,7 +17,7 @@ from compactd.protocol.types import METHODS
 
 from .convo import assistant, tool_results, tool_use, user
 from .test_hardening import assert_clean, snapshot
-from .wire import RawDaemon
+from .wire import RawDaemon, seeded_daemon
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -157,25 +157,12 @@ def data_dir(root: Path) -> Path:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def daemon(root: Path, data_dir: Path) -> AsyncIterator[RawDaemon]:
-    raw = await RawDaemon.spawn(
-        data_dir, "--summary-provider", "digest", log_path=root / "daemon.log"
-    )
-    try:
-        await raw.call("session/open", {"sessionId": SID})
-        await raw.call(
-            "session/append",
-            {"sessionId": SID, "messages": [user("hello"), assistant("hi"), user("more")]},
-        )
-        await raw.call("session/open", {"sessionId": PENDING})
-        await raw.call(
-            "session/append",
-            {"sessionId": PENDING, "messages": [user("go"), assistant("ok", tool_use("p1"))]},
-        )
+    sessions = {
+        SID: [user("hello"), assistant("hi"), user("more")],
+        PENDING: [user("go"), assistant("ok", tool_use("p1"))],
+    }
+    async with seeded_daemon(data_dir, sessions, "--summary-provider", "digest") as raw:
         yield raw
-        assert await raw.shutdown_and_exit() == 0
-    finally:
-        await raw.kill()
-    assert raw.violations == []
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestWarning")

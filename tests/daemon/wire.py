@@ -14,7 +14,7 @@ import contextlib
 import itertools
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -222,3 +222,31 @@ def session_log(data_dir: Path, session_id: str) -> Path:
 def logs_bytes(data_dir: Path, session_ids: Sequence[str]) -> dict[str, bytes]:
     """The bytes of each session's log, to prove a rejected call wrote nothing."""
     return {sid: log_bytes(data_dir, sid) for sid in session_ids}
+
+
+@contextlib.asynccontextmanager
+async def seeded_daemon(
+    data_dir: Path,
+    sessions: dict[str, list[dict[str, Any]]],
+    *serve_args: str,
+    env: dict[str, str] | None = None,
+) -> AsyncIterator[RawDaemon]:
+    """A raw-wire daemon (its log beside the data dir) with these sessions written first; it
+    must keep to the protocol throughout and exit 0 after `shutdown` + `exit`."""
+    with contextlib.ExitStack() as stack:
+        if env:
+            import pytest
+
+            patch = stack.enter_context(pytest.MonkeyPatch.context())
+            for key, value in env.items():
+                patch.setenv(key, value)
+        raw = await RawDaemon.spawn(data_dir, *serve_args, log_path=data_dir.parent / "daemon.log")
+    try:
+        for sid, messages in sessions.items():
+            await raw.call("session/open", {"sessionId": sid})
+            await raw.call("session/append", {"sessionId": sid, "messages": messages})
+        yield raw
+        assert await raw.shutdown_and_exit() == 0
+    finally:
+        await raw.kill()
+    assert raw.violations == []

@@ -53,19 +53,26 @@ def daemon_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def daemon(fake_server: FakeAnthropic, daemon_dir: Path) -> AsyncIterator[CompactdClient]:
-    client = await CompactdClient.spawn(
-        data_dir=str(daemon_dir),
+    client = await spawn_daemon(fake_server, daemon_dir, summarize_timeout=1, timeout=30)
+    yield client
+    await client.close()
+
+
+async def spawn_daemon(
+    fake_server: FakeAnthropic, data_dir: Path, *, summarize_timeout: float, timeout: float
+) -> CompactdClient:
+    """A daemon whose `anthropic` summary provider is the fake Messages server."""
+    return await CompactdClient.spawn(
+        data_dir=str(data_dir),
         args=[
             "--summary-provider",
             "anthropic",
             "--idle-check-seconds",
             "0.2",
             "--summarize-timeout",
-            "1",
+            str(summarize_timeout),
             "--no-watch",
         ],
         env={"ANTHROPIC_BASE_URL": fake_server.base_url, "ANTHROPIC_API_KEY": API_KEY},
-        timeout=30,
+        timeout=timeout,
     )
-    yield client
-    await client.close()

@@ -31,7 +31,7 @@ from tests.cascade.helpers import (
 )
 from tests.cascade.helpers import open_session as open_engine_session
 from tests.cascade.helpers import records as engine_records
-from tests.summary.conftest import API_KEY
+from tests.summary.conftest import spawn_daemon
 from tests.summary.helpers import (
     WINDOW,
     agree,
@@ -58,20 +58,7 @@ async def patient(
     up after 1 s): a held summary stays in flight until the test releases it. A call that
     blocks behind one fails by the client's 20 s timeout, never by a timed assertion."""
     data: Path = tmp_path_factory.mktemp("patient-daemon")
-    client = await CompactdClient.spawn(
-        data_dir=str(data),
-        args=[
-            "--summary-provider",
-            "anthropic",
-            "--idle-check-seconds",
-            "0.2",
-            "--summarize-timeout",
-            "120",
-            "--no-watch",
-        ],
-        env={"ANTHROPIC_BASE_URL": fake_server.base_url, "ANTHROPIC_API_KEY": API_KEY},
-        timeout=20,
-    )
+    client = await spawn_daemon(fake_server, data, summarize_timeout=120, timeout=20)
     yield client
     await client.close()
 
