@@ -1,7 +1,7 @@
 """`compactd migrate`: copy the data dir's sessions into a store URL (`--to`) or back (`--from`).
 
 Here, in the composition root, because it opens stores directly (the client CLI only talks
-to a daemon); the copying and verifying is `compactd.context.migrate`.
+to a daemon); the copying and verifying is `compactd.context.stores.migrate`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ import sys
 from pathlib import Path
 
 from .context.errors import CompactdError
-from .context.migrate import Copied, migrate
-from .context.storage import open_store, redact
-from .context.store import default_data_dir
+from .context.stores import default_data_dir, open_store, redact
+from .context.stores.migrate import Copied, migrate
 
 
 def run(ns: argparse.Namespace) -> int:

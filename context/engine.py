@@ -25,7 +25,7 @@ from .policy import Policy, check_session_config, policy_from_config
 from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE, project
 from .render.request import Rendered, RenderParams, render_request
 from .session import UNSET, AppendResult, Library, Session
-from .store import Store
+from .stores.interface import SessionStore
 from .summarizer.types import Steps
 from .tiers import microcompact, rolling_summary, snip
 from .tiers.base import Outcome, Run, TierEvent
@@ -96,7 +96,7 @@ def check_counts(data: dict[str, Any] | None, where: str, keys: tuple[str, ...])
 class Engine:
     def __init__(
         self,
-        store: Store,
+        store: SessionStore,
         *,
         clock: Clock = time.time,
         counter: Counter = COUNTER,

@@ -28,7 +28,7 @@ from .errors import (
     UnknownBranch,
 )
 from .graph import EXPOSE_MODES, Graph, Node
-from .store import SESSION_ID_RE, LoadReport, Store, check_session_id
+from .stores.interface import SESSION_ID_RE, LoadReport, SessionStore, check_session_id
 
 Clock = Callable[[], float]
 UNSET: Any = object()
@@ -46,7 +46,12 @@ class Session:
     """One session's graph and log. Not thread-safe: the daemon serializes calls per session."""
 
     def __init__(
-        self, store: Store, graph: Graph, offset: int, report: LoadReport, clock: Clock = time.time
+        self,
+        store: SessionStore,
+        graph: Graph,
+        offset: int,
+        report: LoadReport,
+        clock: Clock = time.time,
     ) -> None:
         self.store = store
         self.graph = graph
@@ -335,7 +340,7 @@ class Session:
 class Library:
     """Creates, loads and lists sessions in one store."""
 
-    def __init__(self, store: Store, clock: Clock = time.time) -> None:
+    def __init__(self, store: SessionStore, clock: Clock = time.time) -> None:
         self.store = store
         self.clock = clock
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from compactd.context.engine import Engine
 from compactd.context.session import Library
-from compactd.context.store import Store
+from compactd.context.stores.files import FileStore
 from compactd.context.tokens import Counter
 
 
@@ -33,12 +33,12 @@ def data_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(data_dir: Path) -> Store:
-    return Store(data_dir)
+def store(data_dir: Path) -> FileStore:
+    return FileStore(data_dir)
 
 
 @pytest.fixture
-def library(store: Store) -> Library:
+def library(store: FileStore) -> Library:
     return Library(store)
 
 
@@ -49,7 +49,7 @@ def counter() -> Counter:
 
 
 @pytest.fixture
-def engine(store: Store, counter: Counter) -> Engine:
+def engine(store: FileStore, counter: Counter) -> Engine:
     return Engine(store, counter=counter)
 
 

@@ -14,7 +14,7 @@ from compactd.context.importers import load_transcript
 from compactd.context.importers.apply import import_session
 from compactd.context.render.request import RequestSpec
 from compactd.context.session import Library
-from compactd.context.store import Store
+from compactd.context.stores.files import FileStore
 from compactd.context.summarizer.driver import digest_answer, drive
 from compactd.context.tokens import Counter, encoding
 from compactd.context.turns import turn_node_ids, turns_of
@@ -41,10 +41,10 @@ def cold_load_ratio(ctx: Context) -> Measurement:
         fresh = itertools.count()
 
         def ours() -> None:
-            store = Store(root / f"s{next(fresh)}")
+            store = FileStore(root / f"s{next(fresh)}")
             (imported,) = load_transcript(BIG)
             session = import_session(Library(store), imported)
-            engine = Engine(Store(store.root), counter=Counter())
+            engine = Engine(FileStore(store.root), counter=Counter())
             engine.render(session.id, ANTHROPIC)
 
         def baseline() -> None:
@@ -69,7 +69,7 @@ def warm_render_ratio(ctx: Context) -> Measurement:
     at a 64K window), against orjson.dumps of the rendered request (what the daemon encodes
     it with)."""
     with ctx.scratch() as root:
-        engine = Engine(Store(root))
+        engine = Engine(FileStore(root))
         (imported,) = load_transcript(BIG)
         sid = import_session(engine.library, imported).id
         drive(engine.cascade(sid, COMPACTED), digest_answer)  # compacted, as it is sent
@@ -95,7 +95,7 @@ def append_render_scaling(ctx: Context) -> Measurement:
     # the append's fsync costs the same at any length; on tmpfs it does not blur the ratio
     with ctx.scratch(memory=True) as root:
         for turns in (200, 2000):
-            engine = Engine(Store(root / str(turns)))
+            engine = Engine(FileStore(root / str(turns)))
             sid = synthetic(engine, turns, shown=100)
             engine.render(sid, ANTHROPIC)
             steps[f"{turns} turns: append + render"] = _stepper(engine, sid)

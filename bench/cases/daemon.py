@@ -18,7 +18,7 @@ from compactd.context.importers import load_transcript
 from compactd.context.importers.apply import steps
 from compactd.context.importers.plan import FunctionEnd, FunctionStart, Messages, ModelCall, Note
 from compactd.context.render.request import RequestSpec
-from compactd.context.store import Store
+from compactd.context.stores.files import FileStore
 from registry import MEMORY_DIR, TRANSCRIPTS, Context, Measurement, case
 
 HERE = Path(__file__).resolve().parent
@@ -62,7 +62,7 @@ def rpc_roundtrip_ratio(ctx: Context) -> Measurement:
 
 def _big_session(root: Path) -> tuple[str, Engine]:
     """The largest transcript with nothing shortened: ~150K tokens of context."""
-    engine = Engine(Store(root))
+    engine = Engine(FileStore(root))
     ids = engine.import_file(str(BIG)).session_ids
     session, _ = engine.open(ids[0], {"maxToolResultChars": 10**15})
     return session.id, engine

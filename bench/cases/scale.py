@@ -27,7 +27,7 @@ from typing import Any
 from compactd.context.decompose import from_anthropic
 from compactd.context.engine import Engine, RenderParams
 from compactd.context.render.request import RequestSpec
-from compactd.context.store import Store
+from compactd.context.stores.files import FileStore
 from compactd.context.summarizer.driver import digest_answer, drive
 from compactd.context.tokens import encoding
 from registry import MEMORY_DIR, Context, Measurement, case
@@ -73,7 +73,7 @@ def agent_turn(k: int) -> list[dict[str, Any]]:
 
 def build(root: Path, messages: int) -> str:
     """A session of `messages` messages written in one buffered block; its id."""
-    engine = Engine(Store(root))
+    engine = Engine(FileStore(root))
     session, _ = engine.open(None, CONFIG)
     with session.buffered():
         for k in range(messages // MESSAGES_PER_TURN):
@@ -130,7 +130,7 @@ def first_cascade_scaling(ctx: Context) -> Measurement:
             def run() -> None:
                 _fresh_copy(root, work)  # untimed below: the copy is not the daemon's work
                 start = time.process_time()
-                engine = Engine(Store(work))
+                engine = Engine(FileStore(work))
                 cascade(engine, sid)
                 spent[n].append(time.process_time() - start)
                 del engine
@@ -157,7 +157,7 @@ def cascade_step_scaling(ctx: Context) -> Measurement:
         engines: dict[int, tuple[Engine, str]] = {}
         for n in sizes:
             root, sid = made[n]
-            engine = Engine(Store(root))
+            engine = Engine(FileStore(root))
             cascade(engine, sid)  # the first cascade: compacted, as a live session is
             engines[n] = (engine, sid)
         counters = dict.fromkeys(sizes, 10**6)
@@ -186,10 +186,10 @@ def cascade_step_scaling(ctx: Context) -> Measurement:
 _RSS_CHILD = """
 import sys
 from compactd.context.engine import Engine
-from compactd.context.store import Store
+from compactd.context.stores.files import FileStore
 sys.path.insert(0, sys.argv[3])
 from cases.scale import cascade
-engine = Engine(Store(sys.argv[1]))
+engine = Engine(FileStore(sys.argv[1]))
 cascade(engine, sys.argv[2])
 with open("/proc/self/status") as status:
     print(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
@@ -228,7 +228,7 @@ def evicted_sessions_kb(ctx: Context) -> Measurement:
     encoding()
     count = 100 if ctx.quick else 1_000
     with tempfile.TemporaryDirectory(dir=_memory()) as tmp:
-        engine = Engine(Store(Path(tmp)))
+        engine = Engine(FileStore(Path(tmp)))
 
         def one(k: int) -> None:
             session, _ = engine.open(None)

@@ -1,4 +1,4 @@
-"""The session store on PostgreSQL against the files (issue 18), in one run on one machine.
+"""The session store on PostgreSQL against the files, in one run on one machine.
 
 A throwaway cluster (`tests/support/postgres.py`) with fsync and synchronous commit on, its data
 on the same disk as the files' scratch dir, so both acknowledge an append only once it is
@@ -16,8 +16,8 @@ from typing import Any
 from compactd.context.engine import Engine
 from compactd.context.importers import load_transcript
 from compactd.context.importers.apply import import_session
-from compactd.context.storage import open_store
-from compactd.context.store import Store
+from compactd.context.stores import open_store
+from compactd.context.stores.files import FileStore
 from registry import REPO, Context, Measurement, case
 
 from cases.core import ANTHROPIC, BIG
@@ -47,7 +47,7 @@ def _both(ctx: Context, run: Callable[[Engine, Engine, Any], Measurement]) -> Me
             return _skipped()
         pg = open_store(url, None)
         try:
-            return run(Engine(pg), Engine(Store(root)), url)
+            return run(Engine(pg), Engine(FileStore(root)), url)
         finally:
             pg.close()
 

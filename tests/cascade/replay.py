@@ -24,7 +24,7 @@ from compactd.context.importers import load_transcript
 from compactd.context.importers.apply import OpApplier, session_meta, steps
 from compactd.context.importers.plan import ImportedSession
 from compactd.context.render.request import Rendered, RequestSpec
-from compactd.context.store import Store
+from compactd.context.stores.files import FileStore
 from compactd.context.summarizer.driver import digest_answer, drive
 from compactd.context.tokens import MESSAGE_OVERHEAD, Counter
 from compactd.context.turns import plan_cuts, turns_of
@@ -139,7 +139,7 @@ def replay(
     started = time.perf_counter()
     recount = Recount()
     with tempfile.TemporaryDirectory(prefix="compactd-replay-test-") as scratch:
-        engine = Engine(Store(scratch), summary_provider=provider)
+        engine = Engine(FileStore(scratch), summary_provider=provider)
         session, _ = engine.open(None, config, meta=session_meta(source))
         applier = OpApplier(session)
         spec = RequestSpec(model=source.model, window=window)

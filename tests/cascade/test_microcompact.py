@@ -12,7 +12,7 @@ import orjson
 import pytest
 from compactd.context.engine import Engine
 from compactd.context.policy import CLEARED_PLACEHOLDER
-from compactd.context.store import Store
+from compactd.context.stores.files import FileStore
 from compactd.context.tiers.microcompact import CLEAR_EDIT, CONTEXT_MANAGEMENT_BETA
 
 from tests.cascade.helpers import (
@@ -278,7 +278,7 @@ class Clock:
         return self.now
 
 
-def test_idle_clears_old_results_once_per_idle_period(store: Store) -> None:
+def test_idle_clears_old_results_once_per_idle_period(store: FileStore) -> None:
     clock = Clock(1_000_000.0)
     engine = Engine(store, clock=clock)
     sid = open_session(engine)
@@ -323,7 +323,7 @@ def test_idle_clears_old_results_once_per_idle_period(store: Store) -> None:
     assert engine.idle_due(session, clock.now + 3 * idle) is None
 
 
-def test_idle_with_nothing_to_clear_still_marks_the_period(store: Store) -> None:
+def test_idle_with_nothing_to_clear_still_marks_the_period(store: FileStore) -> None:
     clock = Clock(5_000.0)
     engine = Engine(store, clock=clock)
     sid = open_session(engine)

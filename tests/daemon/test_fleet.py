@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 import pytest
 from compactd.clients.client import CompactdClient
-from compactd.context.storage import open_store
+from compactd.context.stores import open_store
 
 from .conftest import ON_POSTGRES, spawn
 from .convo import tool_turns, user

@@ -1,4 +1,4 @@
-"""Issue 16, class by class, through a real `compactd serve`: broken framing never leaves the
+"""Hardening, class by class, through a real `compactd serve`: broken framing never leaves the
 reader deaf, request ids follow JSON-RPC (a bad one is refused and the request not run), empty
 params mean "no arguments", refusals write nothing, any stdin ends in exit 0, and no error
 carries a traceback or a local path."""
@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 import pytest_asyncio
-from compactd.context.storage import open_store
+from compactd.context.stores import open_store
 
 from tests.support.postgres import daemon_store_url
 
@@ -459,9 +459,9 @@ async def test_a_symlinked_session_log_is_refused_not_followed(tmp_path: Path) -
 
 async def test_a_reader_that_cannot_go_on_exits_1_not_0(tmp_path: Path) -> None:
     """An error reading stdin (EIO, …) is not a clean end of input: exit code 1."""
-    from compactd.daemon.app import Settings
     from compactd.daemon.main import build
     from compactd.daemon.stdio import read_messages
+    from compactd.service.app import Settings
 
     server, _app = build(Settings(data_dir=tmp_path / "data", watch=False))
     reader = asyncio.StreamReader()

@@ -16,7 +16,7 @@ from compactd.context.budget import (
 )
 from compactd.context.engine import Engine
 from compactd.context.errors import InvalidConfig
-from compactd.context.store import Store
+from compactd.context.stores.files import FileStore
 
 from tests.engine.helpers import assistant, new_session, params, render, user
 
@@ -139,7 +139,7 @@ def _usage(total: int) -> dict[str, int]:
     }
 
 
-def test_calibration_through_the_engine_survives_a_reload(engine: Engine, store: Store) -> None:
+def test_calibration_through_the_engine_survives_a_reload(engine: Engine, store: FileStore) -> None:
     sid = new_session(engine, "cal")
     engine.append(sid, messages=[user("please " * 300), assistant("done " * 200)])
     before = render(engine, sid, model=MODEL)
@@ -164,7 +164,7 @@ def test_calibration_through_the_engine_survives_a_reload(engine: Engine, store:
     assert render(engine, sid, model="gpt-4o").total == estimate  # no prior: 1.0
 
     # a new engine on the same data dir estimates exactly the same
-    again = Engine(Store(store.root))
+    again = Engine(FileStore(store.root))
     reloaded = again.render(sid, params(model=MODEL))
     assert reloaded.total == after.total
     assert reloaded.tokens() == after.tokens()

@@ -24,7 +24,7 @@ from compactd.context.graph import Graph, Node
 from compactd.context.policy import RUNNING_FUNCTION_PLACEHOLDER, policy_from_config
 from compactd.context.recall import handles_in, recall
 from compactd.context.render.request import Rendered, RequestSpec, render_request
-from compactd.context.store import Store
+from compactd.context.stores.files import FileStore
 from compactd.context.tiers.rolling_summary import cut_points, in_turn_range
 from compactd.context.tokens import Counter
 from compactd.context.turns import Turn, has_running, plan_cuts, turn_node_ids, turns_of
@@ -644,7 +644,7 @@ def check_viewers(world: World) -> None:
 def test_random_sessions_keep_the_invariants(data: st.DataObject) -> None:
     root = Path(tempfile.mkdtemp(prefix="compactd-prop-", dir=FAST_DIR))
     try:
-        world = World(root, Engine(Store(root), counter=Counter()))
+        world = World(root, Engine(FileStore(root), counter=Counter()))
         recall = data.draw(st.booleans(), label="recall")  # handles in markers, the tool
         new_session(world.engine, SID, config=RECALL if recall else None)
         world.engine.append(SID, messages=[_user(data.draw, world)])
@@ -661,7 +661,7 @@ def test_random_sessions_keep_the_invariants(data: st.DataObject) -> None:
                 check_branch(world, world.branch, fmt, action)
         # every branch, every viewer, and a fresh engine renders the same bytes
         check_viewers(world)
-        fresh = Engine(Store(root))
+        fresh = Engine(FileStore(root))
         for branch in sorted(world.graph.branches):
             for fmt in FORMATS:
                 rendered = check_branch(world, branch, fmt, "final")

@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
+from compactd.context.budget_reduction import omitted_lines, truncate_result
 from compactd.context.engine import Engine
 from compactd.context.errors import InvalidContent, UnknownHandle
 from compactd.context.policy import CLEARED_PLACEHOLDER
@@ -20,12 +21,10 @@ from compactd.context.recall import (
     handle_for,
     handles_in,
     line_starts,
-    omitted_lines,
     recall,
     shown_content,
 )
-from compactd.context.store import Store
-from compactd.context.truncate import truncate_result
+from compactd.context.stores.files import FileStore
 
 from tests.engine.helpers import (
     FORMATS,
@@ -84,13 +83,13 @@ def drop_tool(request: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def engine(tmp_path: Path) -> Engine:
-    return Engine(Store(tmp_path))
+    return Engine(FileStore(tmp_path))
 
 
 @pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name[:16]}")
 def test_recall_changes_only_the_notes_on_the_transcripts(path: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        engine = Engine(Store(tmp), summary_provider="digest")
+        engine = Engine(FileStore(tmp), summary_provider="digest")
         ids = engine.import_file(str(path)).session_ids
         sid = ids[0]
         g = engine.session(sid).graph

@@ -12,7 +12,7 @@ from compactd.context.engine import Engine
 from compactd.context.projection import _build, applicable, hidden_runs, project, visible_bounds
 from compactd.context.tokens import SMALL_MEMO, Counter
 from compactd.context.turns import has_running, plan_cuts, running_turns, turns_of
-from compactd.daemon.registry import Registry
+from compactd.service.registry import Registry
 
 from .helpers import assistant, call, new_session, render, result, results, user
 

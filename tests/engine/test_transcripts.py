@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
+from compactd.context.budget_reduction import truncate_result
 from compactd.context.engine import Engine
 from compactd.context.errors import PendingToolResults
 from compactd.context.graph import Graph
@@ -30,8 +31,7 @@ from compactd.context.policy import (
 )
 from compactd.context.projection import ABANDON
 from compactd.context.render.request import Rendered
-from compactd.context.store import Store
-from compactd.context.truncate import truncate_result
+from compactd.context.stores.files import FileStore
 
 from tests.engine.helpers import (
     FORMATS,
@@ -61,7 +61,7 @@ def _id(path: Path) -> str:
 def imported_all(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, tuple[Engine, list[str]]]:
     """Every transcript imported once into one store (tests below only read)."""
     root = tmp_path_factory.mktemp("transcripts")
-    engine = Engine(Store(root))
+    engine = Engine(FileStore(root))
     out = {}
     for path in TRANSCRIPTS:
         ids = []
@@ -122,7 +122,7 @@ def test_renders_with_every_invariant(
         request = rendered.request
         # deterministic, in this engine and in a fresh one reading the log
         assert orjson.dumps(engine.render(sid, params(fmt)).request) == orjson.dumps(request)
-        fresh = Engine(Store(engine.store.root))
+        fresh = Engine(FileStore(engine.store.root))
         assert orjson.dumps(fresh.render(sid, params(fmt)).request) == orjson.dumps(request)
         assert fresh.session(sid).report.clean
         path_ids = g.branch_path().ids
@@ -231,7 +231,7 @@ def _prefix(prev: dict[str, Any], new: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("path", TRANSCRIPTS, ids=_id)
 def test_replay_renders_before_every_model_call(path: Path, tmp_path: Path) -> None:
-    engine = Engine(Store(tmp_path))
+    engine = Engine(FileStore(tmp_path))
     checked = calls = 0
     for imp in _imported(path):
         session = engine.library.create(None, meta={"source": imp.source_format})

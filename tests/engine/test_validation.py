@@ -21,7 +21,7 @@ from compactd.context.errors import (
     UnknownNode,
 )
 from compactd.context.session import Library
-from compactd.context.store import Store
+from compactd.context.stores.files import FileStore
 
 from tests.engine.helpers import (
     assistant,
@@ -73,7 +73,7 @@ def expect(
     assert words in str(info.value), str(info.value)
     assert log_bytes(engine, SID) == before_bytes
     assert _state(engine) == before
-    reloaded = Library(Store(engine.store.root)).load(SID)
+    reloaded = Library(FileStore(engine.store.root)).load(SID)
     assert reloaded.graph.seq == before[0] and reloaded.report.clean
     return info.value
 

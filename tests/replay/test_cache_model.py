@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from compactd.context.cache_model import READ, WRITE_1H, WRITE_5M, CacheModel, price_recorded
+from compactd.context.replay.cache_model import READ, WRITE_1H, WRITE_5M, CacheModel, price_recorded
 
 
 def blocks(*sizes: int, tag: str = "b") -> list[tuple[bytes, int]]:

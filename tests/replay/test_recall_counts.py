@@ -1,4 +1,4 @@
-"""The replay counts what recall is for (issue 12): per run, the tool results Budget Reduction
+"""The replay counts what recall is for: per run, the tool results Budget Reduction
 cut on arrival and how many characters, the results Tier 1 cleared, and the handles the
 requests showed: none without recall; with it, more than there are cut results (cleared
 results and removed ranges name theirs too)."""
@@ -10,7 +10,7 @@ import tempfile
 from compactd.context.engine import Engine
 from compactd.context.importers import load_transcript
 from compactd.context.replay import ReplayOptions, ReplayReport, replay
-from compactd.context.store import Store
+from compactd.context.stores.files import FileStore
 from compactd.context.summarizer.driver import digest_answer, drive
 
 from tests.replay.test_replay import LARGEST, RESERVE, SYSTEM, run
@@ -18,7 +18,7 @@ from tests.replay.test_replay import LARGEST, RESERVE, SYSTEM, run
 
 def run_with_recall() -> ReplayReport:
     with tempfile.TemporaryDirectory() as tmp:
-        engine = Engine(Store(tmp), summary_provider="digest")
+        engine = Engine(FileStore(tmp), summary_provider="digest")
         imported = load_transcript(str(LARGEST))[0]
         options = ReplayOptions(
             window=64_000, reserve=RESERVE, ttl="1h", system_tokens=SYSTEM, config={"recall": True}

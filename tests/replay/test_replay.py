@@ -18,7 +18,7 @@ import pytest
 from compactd.context.engine import Engine
 from compactd.context.importers import load_transcript
 from compactd.context.replay import ReplayOptions, ReplayReport, fit_prompt_sizes, replay
-from compactd.context.store import Store
+from compactd.context.stores.files import FileStore
 from compactd.context.summarizer.driver import digest_answer, drive
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "transcripts"
@@ -34,7 +34,7 @@ def run(
 ) -> ReplayReport:
     """One replay per set of options, shared by the tests (each takes seconds)."""
     with tempfile.TemporaryDirectory() as tmp:
-        engine = Engine(Store(tmp), summary_provider=provider)
+        engine = Engine(FileStore(tmp), summary_provider=provider)
         imported = load_transcript(str(path))[0]
         options = ReplayOptions(window=window, reserve=RESERVE, ttl=ttl, system_tokens=system)
         return drive(replay(engine, imported, options), digest_answer)

@@ -16,7 +16,7 @@ import pytest
 from compactd.clients.client import CompactdClient, RpcError
 from compactd.context.engine import Engine, RenderParams
 from compactd.context.render.request import RequestSpec
-from compactd.context.store import Store
+from compactd.context.stores.files import FileStore
 from compactd.context.summarizer.driver import drive
 from compactd.context.summarizer.types import SummaryResult
 from compactd.protocol.errors import CODE_BY_KIND, REQUEST_CANCELLED
@@ -156,9 +156,9 @@ def probe_equal_text(data_dir: Path, sid: str) -> str:
 
     def trial(text: str) -> tuple[bool, int]:
         with tempfile.TemporaryDirectory() as scratch:
-            store = Store(scratch)
+            store = FileStore(scratch)
             store.ensure_dirs()
-            shutil.copyfile(Store(data_dir).log_path(sid), store.log_path(sid))
+            shutil.copyfile(FileStore(data_dir).log_path(sid), store.log_path(sid))
             engine = Engine(store, summary_provider="anthropic")
             p = RenderParams(spec=RequestSpec(window=WINDOW))
             before = engine.render(sid, p).total
@@ -172,9 +172,9 @@ def probe_equal_text(data_dir: Path, sid: str) -> str:
     applied, after_short = trial("S")
     assert applied
     with tempfile.TemporaryDirectory() as scratch:
-        store = Store(scratch)
+        store = FileStore(scratch)
         store.ensure_dirs()
-        shutil.copyfile(Store(data_dir).log_path(sid), store.log_path(sid))
+        shutil.copyfile(FileStore(data_dir).log_path(sid), store.log_path(sid))
         before = Engine(store).render(sid, RenderParams(spec=RequestSpec(window=WINDOW))).total
     text = "S" + " the" * (before - after_short)  # one token per " the"
     applied, _ = trial(text)

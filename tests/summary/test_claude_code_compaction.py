@@ -19,7 +19,7 @@ from compactd.context.engine import Engine, RenderParams
 from compactd.context.importers.apply import OpApplier, session_meta, steps
 from compactd.context.importers.plan import Note
 from compactd.context.render.request import RequestSpec
-from compactd.context.store import Store
+from compactd.context.stores.files import FileStore
 from compactd.context.summarizer.driver import drive
 from compactd.context.visibility import ViewOptions
 
@@ -99,7 +99,7 @@ def compacted(tmp_path_factory: pytest.TempPathFactory) -> Compacted:
     note = next(
         op for op in source.ops if isinstance(op, Note) and op.kind == "claude_code_compaction_call"
     )
-    engine = Engine(Store(tmp_path_factory.mktemp("cc")), summary_provider="digest")
+    engine = Engine(FileStore(tmp_path_factory.mktemp("cc")), summary_provider="digest")
     session, _ = engine.open(None, meta=session_meta(source))
     applier = OpApplier(session)
     p = RenderParams(view=ViewOptions(), spec=RequestSpec(model=source.model, window=200_000))

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from compactd.clients.client import CompactdClient
 from compactd.context.engine import Engine
-from compactd.context.store import Store
+from compactd.context.stores.files import FileStore
 from compactd.context.summarizer.driver import digest_answer
 
 from tests.cascade.helpers import Recorder, cascade, params
@@ -87,7 +87,7 @@ def records_of(engine: Engine, sid: str) -> list[str]:
     return [r.kind for r in engine.session(sid).graph.records]
 
 
-def test_engine_prepare_then_cascade_reuses_it(store: Store) -> None:
+def test_engine_prepare_then_cascade_reuses_it(store: FileStore) -> None:
     engine = Engine(store, summary_provider="digest")
     sid = open_engine_session(engine, {"prepareOccupancy": 0.1, "evidenceEnabled": False})
     engine.append(sid, messages=sixteen("e"))
@@ -120,7 +120,7 @@ def test_engine_prepare_then_cascade_reuses_it(store: Store) -> None:
     assert not engine.has_prepared(sid)
 
 
-def test_engine_prepare_is_skipped_when_not_worth_it(store: Store) -> None:
+def test_engine_prepare_is_skipped_when_not_worth_it(store: FileStore) -> None:
     engine = Engine(store, summary_provider="digest")
     sid = open_engine_session(engine)  # default occupancy: 80 %
     engine.append(sid, messages=sixteen("w"))

@@ -11,7 +11,7 @@ from compactd.context.engine import Engine
 from compactd.context.errors import HeadConflict
 from compactd.context.summarizer.driver import digest_answer
 from compactd.context.summarizer.types import SummaryFailure, SummaryNeeded, SummaryResult
-from compactd.daemon.providers.anthropic_provider import AnthropicSummaryProvider
+from compactd.service.providers.anthropic_provider import AnthropicSummaryProvider
 
 from tests.cascade.helpers import (
     MODEL,

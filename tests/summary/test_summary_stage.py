@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 from compactd.clients.client import CompactdClient, RpcError
 from compactd.context.engine import Engine
-from compactd.context.store import Store
+from compactd.context.stores.files import FileStore
 from compactd.context.summarizer.driver import digest_answer, drive
 from compactd.context.summarizer.types import SummaryFailure, SummaryNeeded, SummaryResult
 
@@ -393,7 +393,7 @@ async def test_snip_leaves_the_turns_of_a_running_function_in_its_own_view(
 # ---- the engine's side: deterministic clocks and budgets ---------------------------------------
 
 
-def test_the_time_bound_covers_every_call_of_a_summary(store: Store) -> None:
+def test_the_time_bound_covers_every_call_of_a_summary(store: FileStore) -> None:
     now = [1000.0]
     engine = Engine(store, clock=lambda: now[0], summary_provider="digest")
     config = {"summaryInputMaxTokens": 2000, "evidenceEnabled": False}
@@ -419,7 +419,7 @@ def test_the_time_bound_covers_every_call_of_a_summary(store: Store) -> None:
     assert engine_records(engine, sid) == []
 
 
-def test_a_range_is_prepared_at_most_once_even_when_it_failed(store: Store) -> None:
+def test_a_range_is_prepared_at_most_once_even_when_it_failed(store: FileStore) -> None:
     engine = Engine(store, summary_provider="digest")
     sid = open_engine_session(engine, {"prepareOccupancy": 0.1, "evidenceEnabled": False})
     engine.append(sid, messages=sixteen("once"))
@@ -445,7 +445,7 @@ def crowded_turn(tag: str, images: int) -> list[dict[str, Any]]:
     return [{"role": "user", "content": content}, assistant(f"Compared the {tag} screenshots.")]
 
 
-def test_images_the_limit_cannot_hold_go_last_and_are_named(store: Store) -> None:
+def test_images_the_limit_cannot_hold_go_last_and_are_named(store: FileStore) -> None:
     engine = Engine(store, summary_provider="digest")
     sid = open_engine_session(engine)
     engine.append(

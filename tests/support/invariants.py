@@ -152,8 +152,8 @@ def server_view(request: dict[str, Any], input_chars: int = 200) -> dict[str, An
     the `keep` newest; their results become the placeholder (compactd's, so the counts
     compare), and the inputs of the tools named in `clear_tool_inputs` lose their long
     strings. Without an edit, the request itself."""
+    from compactd.context.blocks import shorten_input
     from compactd.context.policy import CLEARED_PLACEHOLDER
-    from compactd.context.truncate import shorten_input
 
     edits = (request.get("context_management") or {}).get("edits", [])
     if not edits:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import orjson
 from compactd.context.engine import Engine
-from compactd.context.storage import open_store
-from compactd.context.store import Store
+from compactd.context.stores import open_store
+from compactd.context.stores.files import FileStore
 
 from tests.support.postgres import daemon_store_url
 
@@ -21,5 +21,5 @@ def log_bytes(where: Engine | Path, session_id: str) -> bytes:
             return orjson.dumps(store.read_from(session_id, 0)[0])
         finally:
             store.close()
-    store = where.store if isinstance(where, Engine) else Store(where)
+    store = where.store if isinstance(where, Engine) else FileStore(where)
     return store.log_path(session_id).read_bytes()

@@ -10,11 +10,11 @@ from typing import Any
 
 import orjson
 import pytest
-from compactd.context import store as store_mod
 from compactd.context.engine import Engine
 from compactd.context.errors import CompactdError, InvalidSessionId, StoreFailure, UnknownSession
 from compactd.context.session import Library
-from compactd.context.store import Store, default_data_dir
+from compactd.context.stores import files as store_mod
+from compactd.context.stores.files import FileStore, default_data_dir
 
 from tests.engine.helpers import assistant, log_bytes, new_session, user
 
@@ -56,7 +56,7 @@ def test_append_is_fsynced_before_it_returns(
     assert writes, "the append wrote nothing to the log"
     assert ("fsync", log) in done[writes[-1] + 1 :], f"no fsync after the last write: {done}"
 
-    fresh = Library(Store(engine.store.root)).load(sid)
+    fresh = Library(FileStore(engine.store.root)).load(sid)
     node = fresh.graph.nodes[res.node_ids[0]]
     assert node.content == [{"type": "text", "text": "durable hello"}]
     assert fresh.report.clean
@@ -92,7 +92,7 @@ def test_torn_tail_is_reported_ignored_and_sealed(engine: Engine, torn: bytes) -
     with open(path, "ab") as fh:
         fh.write(torn)
 
-    lib = Library(Store(engine.store.root))
+    lib = Library(FileStore(engine.store.root))
     loaded = lib.load(sid)  # never fatal
     assert loaded.report.torn_tail
     assert loaded.report.bad_lines == []
@@ -100,11 +100,11 @@ def test_torn_tail_is_reported_ignored_and_sealed(engine: Engine, torn: bytes) -
     assert list(loaded.graph.nodes) == first.node_ids
 
     # a later append works and seals the torn bytes into one bad line of their own
-    eng2 = Engine(Store(engine.store.root))
+    eng2 = Engine(FileStore(engine.store.root))
     after = eng2.append(sid, messages=[assistant("after the crash")])
     assert after.seq == first.seq + 1
 
-    again = Library(Store(engine.store.root)).load(sid)
+    again = Library(FileStore(engine.store.root)).load(sid)
     assert not again.report.torn_tail
     assert again.report.bad_lines == [torn_line]
     assert set(again.graph.nodes) == {*first.node_ids, *after.node_ids}
@@ -112,7 +112,7 @@ def test_torn_tail_is_reported_ignored_and_sealed(engine: Engine, torn: bytes) -
 
     # and it stays exactly one bad line however much is appended later
     eng2.append(sid, messages=[user("and later")])
-    final = Library(Store(engine.store.root)).load(sid)
+    final = Library(FileStore(engine.store.root)).load(sid)
     assert final.report.bad_lines == [torn_line]
     assert not final.report.torn_tail
 
@@ -133,12 +133,12 @@ def test_torn_tail_that_is_a_whole_event_without_its_newline(engine: Engine) -> 
     with open(path, "ab") as fh:
         fh.write(orjson.dumps(ghost))  # no newline: the append never completed
 
-    eng2 = Engine(Store(engine.store.root))
+    eng2 = Engine(FileStore(engine.store.root))
     assert eng2.session(sid).report.torn_tail
     assert "ghost" not in eng2.session(sid).graph.nodes
     acked = eng2.append(sid, messages=[assistant("acknowledged")])
 
-    reloaded = Library(Store(engine.store.root)).load(sid)
+    reloaded = Library(FileStore(engine.store.root)).load(sid)
     assert "ghost" not in reloaded.graph.nodes
     assert acked.node_ids[0] in reloaded.graph.nodes
     assert reloaded.graph.head() == acked.node_ids[0]
@@ -152,12 +152,12 @@ def test_bad_line_in_the_middle_is_skipped(engine: Engine) -> None:
     with open(path, "ab") as fh:
         fh.write(b"not json at all\n")
     engine.append(sid, messages=[assistant("b")])
-    loaded = Library(Store(engine.store.root)).load(sid)
+    loaded = Library(FileStore(engine.store.root)).load(sid)
     assert loaded.report.bad_lines == [3]
     assert [n.kind for n in loaded.graph.nodes.values()] == ["user", "assistant"]
 
 
-def test_a_log_without_a_header_is_not_a_session(store: Store) -> None:
+def test_a_log_without_a_header_is_not_a_session(store: FileStore) -> None:
     store.ensure_dirs()
     store.log_path("nohead").write_bytes(b"garbage\n")
     with pytest.raises(StoreFailure, match="no valid header"):
@@ -185,7 +185,7 @@ def test_files_0600_folders_0700_and_the_lock_file(engine: Engine, data_dir: Pat
 def test_folders_0700_even_under_a_permissive_umask(tmp_path: Path) -> None:
     old = os.umask(0)
     try:
-        eng = Engine(Store(tmp_path / "deep" / "data"))
+        eng = Engine(FileStore(tmp_path / "deep" / "data"))
         eng.append(new_session(eng, "u"), messages=[user("x")])
     finally:
         os.umask(old)
@@ -204,7 +204,7 @@ def test_the_lock_excludes_other_writers(engine: Engine, monkeypatch: pytest.Mon
     held, release = threading.Event(), threading.Event()
 
     def holder() -> None:
-        with Store(engine.store.root).locked(sid):
+        with FileStore(engine.store.root).locked(sid):
             held.set()
             release.wait(5)
 
@@ -212,7 +212,7 @@ def test_the_lock_excludes_other_writers(engine: Engine, monkeypatch: pytest.Mon
     t.start()
     try:
         assert held.wait(5)
-        other = Engine(Store(engine.store.root))
+        other = Engine(FileStore(engine.store.root))
         with pytest.raises(StoreFailure) as err:
             other.append(sid, messages=[user("blocked")])
         assert "locked" in str(err.value)
@@ -223,9 +223,9 @@ def test_the_lock_excludes_other_writers(engine: Engine, monkeypatch: pytest.Mon
     engine.append(sid, messages=[user("free again")])
 
 
-def test_two_writers_see_each_other(store: Store) -> None:
+def test_two_writers_see_each_other(store: FileStore) -> None:
     """A writer reads what the other appended before it writes (no lost update)."""
-    a, b = Engine(store), Engine(Store(store.root))
+    a, b = Engine(store), Engine(FileStore(store.root))
     sid = new_session(a, "shared")
     a.append(sid, messages=[user("from a")])
     res_b = b.append(sid, messages=[assistant("from b")])
@@ -240,7 +240,7 @@ def test_two_writers_see_each_other(store: Store) -> None:
 )
 def test_bad_session_ids_are_rejected_and_create_nothing(tmp_path: Path, bad: Any) -> None:
     root = tmp_path / "inner" / "data"
-    eng = Engine(Store(root))
+    eng = Engine(FileStore(root))
     new_session(eng, "ok")  # the data dir exists
     before = sorted(str(p) for p in tmp_path.rglob("*"))
     for attempt in (
@@ -262,10 +262,10 @@ def test_compactd_data_dir_is_respected(tmp_path: Path, monkeypatch: pytest.Monk
     target = tmp_path / "from-env"
     monkeypatch.setenv("COMPACTD_DATA_DIR", str(target))
     assert default_data_dir() == target
-    eng = Engine(Store())
+    eng = Engine(FileStore())
     sid = new_session(eng, "envy")
     assert (target / "sessions" / f"{sid}.jsonl").is_file()
-    assert Engine(Store()).list() == ["envy"]
+    assert Engine(FileStore()).list() == ["envy"]
 
 
 def test_list_sessions_ignores_other_files(engine: Engine) -> None:
@@ -277,7 +277,7 @@ def test_list_sessions_ignores_other_files(engine: Engine) -> None:
         engine.library.create("a")
 
 
-# ---- hardening (issue 16) --------------------------------------------------------------------
+# ---- hardening --------------------------------------------------------------------------------
 
 
 def test_an_existing_data_dir_keeps_its_mode_and_new_parents_are_private(tmp_path: Path) -> None:
@@ -286,7 +286,7 @@ def test_an_existing_data_dir_keeps_its_mode_and_new_parents_are_private(tmp_pat
     os.chmod(shared, 0o755)  # shared on purpose
     old = os.umask(0)
     try:
-        eng = Engine(Store(shared / "a" / "b" / "data"))
+        eng = Engine(FileStore(shared / "a" / "b" / "data"))
         eng.append(new_session(eng, "p"), messages=[user("x")])
     finally:
         os.umask(old)
@@ -310,7 +310,7 @@ def test_a_symlinked_log_or_lock_is_never_followed(engine: Engine, tmp_path: Pat
     log = engine.store.log_path(sid)
     log.unlink()
     log.symlink_to(outside)
-    fresh = Engine(Store(engine.store.root))
+    fresh = Engine(FileStore(engine.store.root))
     with pytest.raises(StoreFailure):
         fresh.session(sid)
     with pytest.raises(StoreFailure):

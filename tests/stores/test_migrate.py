@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 from compactd.context.engine import Engine
-from compactd.context.migrate import digest, migrate
-from compactd.context.storage import open_store
-from compactd.context.store import Store
+from compactd.context.stores import open_store
+from compactd.context.stores.files import FileStore
+from compactd.context.stores.migrate import digest, migrate
 
 from tests.engine.helpers import assistant, new_session, user
 
@@ -28,7 +28,7 @@ def _events(store: Any, sid: str) -> list[dict[str, Any]]:
 @pytest.fixture
 def files(tmp_path: Path) -> Engine:
     """A data dir with an imported transcript, a short session, and one with a torn tail."""
-    eng = Engine(Store(tmp_path / "data"))
+    eng = Engine(FileStore(tmp_path / "data"))
     eng.import_file(str(TRANSCRIPT))
     sid = new_session(eng, "short")
     eng.append(sid, messages=[user("hello"), assistant("hi")])
@@ -66,7 +66,7 @@ def test_files_to_postgres_and_back(files: Engine, pg_url: str, tmp_path: Path) 
         assert digest(_events(pg, "short")) == digest(_events(files.store, "short"))
 
         # and back into an empty data dir
-        back = Store(tmp_path / "back")
+        back = FileStore(tmp_path / "back")
         home = migrate(pg, back)
         assert home.ok and {c.action for c in home.sessions} == {"copied"}
         for sid in files.list():

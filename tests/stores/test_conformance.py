@@ -22,7 +22,7 @@ from compactd.context.errors import (
     UnknownSession,
 )
 from compactd.context.session import Library
-from compactd.context.storage import SessionStore, open_store
+from compactd.context.stores import SessionStore, open_store
 
 from tests.engine.helpers import assistant, call, new_session, result, results, user
 
@@ -303,10 +303,10 @@ def test_a_held_lock_refuses_the_other_writer(
 ) -> None:
     """While one writer holds the session's lock another waits, then gets a typed refusal
     (the files' lock timeout; the database's lock_timeout), and nothing is written."""
-    from compactd.context import pgstore, store
+    from compactd.context.stores import files, postgres
 
-    monkeypatch.setattr(store, "LOCK_TIMEOUT_SECONDS", 0.3)
-    monkeypatch.setattr(pgstore, "LOCK_TIMEOUT_SECONDS", 0.3)
+    monkeypatch.setattr(files, "LOCK_TIMEOUT_SECONDS", 0.3)
+    monkeypatch.setattr(postgres, "LOCK_TIMEOUT_SECONDS", 0.3)
     holder, other = backend.store(), backend.engine()
     sid = new_session(other, "held")
     before = _log(backend.store(), sid)

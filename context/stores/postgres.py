@@ -29,12 +29,11 @@ import psycopg.errors
 from psycopg import pq
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .errors import InvalidContent, StoreFailure, StoreUnavailable, TooLarge, UnknownSession
-from .policy import MAX_MESSAGE_BYTES
-from .store import LOCK_TIMEOUT_SECONDS, LoadReport, SessionStat, check_session_id
+from ..errors import InvalidContent, StoreFailure, StoreUnavailable, TooLarge, UnknownSession
+from ..policy import MAX_MESSAGE_BYTES
+from .interface import LOCK_TIMEOUT_SECONDS, LoadReport, Logger, SessionStat, check_session_id
 
 T = TypeVar("T")
-Logger = Callable[[str, str], None]
 
 SCHEMA_VERSION = 1
 CHANNEL = "compactd_changed"
@@ -73,7 +72,7 @@ class SchemaTooNew(StoreFailure):
     """The database was set up by a newer compactd; this one must not write to it."""
 
 
-class PgStore:
+class PostgresStore:
     """Sessions in one PostgreSQL database (see the module docstring)."""
 
     def __init__(

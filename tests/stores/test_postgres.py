@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from compactd.context.engine import Engine
 from compactd.context.errors import StoreUnavailable
-from compactd.context.storage import open_store
+from compactd.context.stores import open_store
 
 from tests.engine.helpers import new_session, user
 

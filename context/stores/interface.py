@@ -1,11 +1,7 @@
-"""The store interface: what a session needs from wherever its event log lives.
+"""What every session store is: the vocabulary both stores share and the interface they implement.
 
-Two implementations: the JSONL files (`context/store.py`, the default) and PostgreSQL
-(`context/pgstore.py`, for a fleet of daemons on one database). Both keep one append-only event
-log per session, in `seq` order; a cursor (`LoadReport.end_offset`) is opaque to the session — a
-byte offset in a file, the last `seq` read in the database.
-
-`open_store(url, data_dir)` picks one: no URL means the files in `data_dir`.
+A cursor (`LoadReport.end_offset`) is opaque to the session: a byte offset in a file, the last
+`seq` read in the database.
 """
 
 from __future__ import annotations
@@ -13,14 +9,52 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from .errors import StoreFailure
-from .store import LoadReport, SessionStat, Store
+import attrs
 
-SCHEMES = ("postgresql", "postgres")
-"""URL schemes `--store` accepts; without `--store` the sessions are files in the data dir."""
+from ..errors import InvalidSessionId
+
+LOCK_TIMEOUT_SECONDS = 10.0
+"""How long a writer waits for a session's lock before the append fails (4060)."""
+
+SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+"""Always used with `fullmatch`: `$` would also match before a trailing newline (`"a\\n"`)."""
+
+
+def check_session_id(session_id: Any) -> str:
+    """A session id that can only ever name a file inside the data dir."""
+    well_formed = isinstance(session_id, str) and SESSION_ID_RE.fullmatch(session_id)
+    if not well_formed or ".." in session_id:
+        raise InvalidSessionId(
+            f"invalid session id {session_id!r}: use 1-128 letters, digits, '_', '-' or '.', "
+            "starting with a letter or digit",
+            sessionId=session_id if isinstance(session_id, str) else repr(session_id),
+        )
+    return session_id
+
+
+@attrs.frozen
+class SessionStat:
+    """What `session/list` shows of a stored session."""
+
+    size: int
+    mtime: float
+
+
+@attrs.define
+class LoadReport:
+    """What loading a log found besides good events."""
+
+    events: int = 0
+    torn_tail: bool = False
+    bad_lines: list[int] = attrs.field(factory=list)  # 1-based line numbers skipped
+    end_offset: int = 0
+
+    @property
+    def clean(self) -> bool:
+        return not self.torn_tail and not self.bad_lines
+
 
 Logger = Callable[[str, str], None]
 """`(level, message)`: how a store says what it is doing about its connection (the daemon sends
@@ -77,35 +111,3 @@ class SessionStore(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-def open_store(url: str | None, data_dir: Path | str | None, log: Logger | None = None) -> Any:
-    """The store a URL names (`postgresql://…`), or the files in `data_dir` without one."""
-    if not url:
-        return Store(data_dir)
-    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
-    if scheme not in SCHEMES:
-        raise StoreFailure(
-            f"unsupported store URL {redact(url)!r}: use postgresql://… (schemes: "
-            f"{', '.join(SCHEMES)}), or no --store for the files in the data dir",
-            url=redact(url),
-        )
-    try:
-        from .pgstore import PgStore
-    except ImportError as exc:  # the optional extra is not installed
-        raise StoreFailure(
-            f"the PostgreSQL store needs the optional extra: pip install 'compactd[postgres]' "
-            f"({exc})"
-        ) from None
-    return PgStore(url, location=redact(url), log=log)
-
-
-def redact(url: str) -> str:
-    """The URL without its password (in its user part or a `password=` parameter)."""
-    url = re.sub(r"(?i)([?&]password=)[^&]*", r"\1***", url)
-    head, sep, rest = url.partition("://")
-    if not sep or "@" not in rest.split("/", 1)[0]:
-        return url
-    auth, _, host = rest.partition("@")
-    user = auth.split(":", 1)[0]
-    return f"{head}://{user}{':***' if ':' in auth else ''}@{host}"

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import orjson
 
-from .errors import StoreFailure
+from ..errors import StoreFailure
 
 
 class MigrationConflict(StoreFailure):

@@ -14,26 +14,28 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import stat
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import attrs
 import orjson
 import platformdirs
 from filelock import FileLock, Timeout
 
-from .errors import InvalidContent, InvalidSessionId, StoreFailure, TooLarge, UnknownSession
-from .policy import MAX_MESSAGE_BYTES
+from ..errors import InvalidContent, StoreFailure, TooLarge, UnknownSession
+from ..policy import MAX_MESSAGE_BYTES
+from .interface import (
+    LOCK_TIMEOUT_SECONDS,
+    SESSION_ID_RE,
+    LoadReport,
+    SessionStat,
+    check_session_id,
+)
 
 log = logging.getLogger("compactd.store")
 
-SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-"""Always used with `fullmatch`: `$` would also match before a trailing newline (`"a\\n"`)."""
 LOG_SUFFIX = ".jsonl"
-LOCK_TIMEOUT_SECONDS = 10.0
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # logs and locks are never opened through a symlink
 TORN_SEAL = b" [torn]\n"
 """Ends a torn tail before the next append. A bare newline is not enough: a crash between an
@@ -67,42 +69,8 @@ def make_private_dirs(folder: Path) -> None:
         os.chmod(path, 0o700)  # ours: the umask may have taken bits away, never adds any
 
 
-def check_session_id(session_id: Any) -> str:
-    """A session id that can only ever name a file inside the data dir."""
-    well_formed = isinstance(session_id, str) and SESSION_ID_RE.fullmatch(session_id)
-    if not well_formed or ".." in session_id:
-        raise InvalidSessionId(
-            f"invalid session id {session_id!r}: use 1-128 letters, digits, '_', '-' or '.', "
-            "starting with a letter or digit",
-            sessionId=session_id if isinstance(session_id, str) else repr(session_id),
-        )
-    return session_id
-
-
-@attrs.frozen
-class SessionStat:
-    """What `session/list` shows of a stored session."""
-
-    size: int
-    mtime: float
-
-
-@attrs.define
-class LoadReport:
-    """What loading a log found besides good events."""
-
-    events: int = 0
-    torn_tail: bool = False
-    bad_lines: list[int] = attrs.field(factory=list)  # 1-based line numbers skipped
-    end_offset: int = 0
-
-    @property
-    def clean(self) -> bool:
-        return not self.torn_tail and not self.bad_lines
-
-
-class Store:
-    """Session logs under `root/sessions/`."""
+class FileStore:
+    """Session logs under `root/sessions/`: the default store."""
 
     def __init__(
         self, root: Path | str | None = None, max_event_bytes: int = MAX_MESSAGE_BYTES

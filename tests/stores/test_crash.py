@@ -23,7 +23,7 @@ from pathlib import Path
 
 from compactd.context.engine import Engine
 from compactd.context.session import Library
-from compactd.context.store import TORN_SEAL, Store
+from compactd.context.stores.files import TORN_SEAL, FileStore
 
 from tests.engine.helpers import new_session, user
 
@@ -52,9 +52,9 @@ CHILD = textwrap.dedent(
         os.write = write
 
     from compactd.context.engine import Engine
-    from compactd.context.store import Store
+    from compactd.context.stores.files import FileStore
 
-    engine = Engine(Store(root))
+    engine = Engine(FileStore(root))
     k = 0
     while True:
         k += 1
@@ -113,7 +113,7 @@ class Child:
 def test_sigkill_never_loses_an_acknowledged_append(tmp_path: Path) -> None:
     rng = random.Random(20261130)
     root = tmp_path / "data"
-    engine = Engine(Store(root))
+    engine = Engine(FileStore(root))
     new_session(engine, SID)
     log = engine.store.log_path(SID)
     acked: dict[str, str] = {}  # node id -> tag
@@ -133,7 +133,7 @@ def test_sigkill_never_loses_an_acknowledged_append(tmp_path: Path) -> None:
             acked.update(child.kill())
 
         raw = log.read_bytes()
-        loaded = Library(Store(root)).load(SID)  # never fatal
+        loaded = Library(FileStore(root)).load(SID)  # never fatal
         torn = not raw.endswith(b"\n")
         assert torn or not hang, "a kill in the middle of a write left no torn tail"
         torn_seen += torn
@@ -149,9 +149,9 @@ def test_sigkill_never_loses_an_acknowledged_append(tmp_path: Path) -> None:
             assert line_no > 0 and lines[line_no - 1].endswith(TORN_SEAL.rstrip(b"\n"))
 
     # after all that, the session takes appends and reloads clean but for the sealed lines
-    final = Engine(Store(root))
+    final = Engine(FileStore(root))
     res = final.append(SID, messages=[user("after the crashes")])
-    again = Library(Store(root)).load(SID)
+    again = Library(FileStore(root)).load(SID)
     assert not again.report.torn_tail
     assert res.node_ids[0] in again.graph.nodes
     assert all(node_id in again.graph.nodes for node_id in acked)

@@ -1,0 +1,78 @@
+"""Session stores: where a session's append-only event log lives.
+
+Two stores implement one interface (`interface.SessionStore`): the JSONL files in the data dir
+(`files.FileStore`, the default) and PostgreSQL (`postgres.PostgresStore`, for a fleet of
+daemons on one database); `migrate` copies sessions between them. What every store promises,
+and what `tests/stores/test_conformance.py` holds both of them to:
+
+- **Durability.** An append returns only once its events are durable (fsync'ed, or committed);
+  one that raises wrote nothing, or says in `data.written` that it cannot tell. History is
+  never rewritten.
+- **Ordering.** One log per session, read back in the order it was written; between reading
+  what other writers appended and appending, a writer holds the session's lock (`locked`), so
+  two writers in any processes never interleave or lose an append.
+- **The claim.** Background work (idle work, preparation) on a session runs in one process at
+  a time: `claim` is taken without waiting, and says whether this process holds it.
+- **Watching.** `watch` yields the ids of sessions other processes appended to, so a daemon can
+  tell its clients (`session/changed`); `unchanged` answers cheaply when nothing was written.
+
+`open_store(url, data_dir)` picks one: no URL means the files in `data_dir`. The PostgreSQL
+store is imported only for a `postgresql://` URL, so the files path loads nothing of it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..errors import StoreFailure
+from .files import FileStore, default_data_dir
+from .interface import LoadReport, Logger, SessionStat, SessionStore, check_session_id
+
+__all__ = [
+    "FileStore",
+    "LoadReport",
+    "SessionStat",
+    "SessionStore",
+    "check_session_id",
+    "default_data_dir",
+    "open_store",
+    "redact",
+]
+
+SCHEMES = ("postgresql", "postgres")
+"""URL schemes `--store` accepts; without `--store` the sessions are files in the data dir."""
+
+
+def open_store(
+    url: str | None, data_dir: Path | str | None, log: Logger | None = None
+) -> SessionStore:
+    """The store a URL names (`postgresql://…`), or the files in `data_dir` without one."""
+    if not url:
+        return FileStore(data_dir)
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme not in SCHEMES:
+        raise StoreFailure(
+            f"unsupported store URL {redact(url)!r}: use postgresql://… (schemes: "
+            f"{', '.join(SCHEMES)}), or no --store for the files in the data dir",
+            url=redact(url),
+        )
+    try:
+        from .postgres import PostgresStore
+    except ImportError as exc:  # the optional extra is not installed
+        raise StoreFailure(
+            f"the PostgreSQL store needs the optional extra: pip install 'compactd[postgres]' "
+            f"({exc})"
+        ) from None
+    return PostgresStore(url, location=redact(url), log=log)
+
+
+def redact(url: str) -> str:
+    """The URL without its password (in its user part or a `password=` parameter)."""
+    url = re.sub(r"(?i)([?&]password=)[^&]*", r"\1***", url)
+    head, sep, rest = url.partition("://")
+    if not sep or "@" not in rest.split("/", 1)[0]:
+        return url
+    auth, _, host = rest.partition("@")
+    user = auth.split(":", 1)[0]
+    return f"{head}://{user}{':***' if ':' in auth else ''}@{host}"
