@@ -103,3 +103,31 @@ def result_text_length(content: Any) -> int:
     if isinstance(content, str):
         return len(content)
     return sum(len(b.get("text", "")) for b in content if b.get("type") == "text")
+
+
+# ---- Tier 1's shortened inputs -------------------------------------------------------------
+
+
+def shorten_input(value: Any, limit: int) -> Any:
+    """An old tool call's input with every string longer than `limit` characters replaced by
+    a short note saying how long it was: the call keeps its shape and its small arguments (a
+    file path, a pattern) while a written file's content or a long command goes."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return value
+        return f"[{len(value):,} characters cleared by compactd; the original is kept]"
+    if isinstance(value, dict):
+        return {k: shorten_input(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shorten_input(v, limit) for v in value]
+    return value
+
+
+def has_long_strings(value: Any, limit: int) -> bool:
+    if isinstance(value, str):
+        return len(value) > limit
+    if isinstance(value, dict):
+        return any(has_long_strings(v, limit) for v in value.values())
+    if isinstance(value, list):
+        return any(has_long_strings(v, limit) for v in value)
+    return False

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from bisect import bisect_right
 from collections.abc import Iterable
 from typing import Any
 
@@ -84,24 +83,6 @@ def line_starts(text: str) -> list[int]:
         else:
             at = newline + 1
     return starts
-
-
-def omitted_lines(text: str, start: int, stop: int) -> tuple[int, int, int] | None:
-    """The lines (first, last, total; 1-based) that characters `start:stop` touch, or None
-    when the text is a single line (nothing line-oriented to say)."""
-    starts = line_starts(text)
-    if len(starts) < 2 or stop <= start:
-        return None
-    return bisect_right(starts, start), bisect_right(starts, stop - 1), len(starts)
-
-
-def cut_note(cut: int, handle: str, lines: tuple[int, int, int] | None) -> str:
-    """Budget Reduction's marker when the request carries `compactd_recall`."""
-    where = f" (lines {lines[0]}–{lines[1]} of {lines[2]} omitted)" if lines else ""
-    return (
-        f"\n\n[… {cut:,} characters{where} truncated by compactd; compactd_recall with handle "
-        f"{handle} returns them …]\n\n"
-    )
 
 
 def cleared_note(handle: str, content: Any) -> str:
@@ -297,48 +278,3 @@ def handles_in(value: Any) -> set[str]:
         for v in value:
             found |= handles_in(v)
     return found
-
-
-# ---- what a replay counts ---------------------------------------------------------------------
-
-
-@attrs.define
-class RecallCounts:
-    """Per replay run: what Budget Reduction cut on arrival, what Tier 1 cleared, and how many
-    distinct handles the requests showed (so the loss recall answers is measured)."""
-
-    cut_results: int = 0
-    cut_chars: int = 0
-    cleared: int = 0
-    handles: set[str] = attrs.Factory(set)
-
-    def observe(self, request: dict[str, Any]) -> None:
-        self.handles |= handles_in(request.get("messages"))
-
-    def finish(self, graph: Graph, max_chars: int, head: int, tail: int) -> None:
-        """Count the cuts and clears of the whole session (every thread)."""
-        for node in graph.nodes.values():
-            content = node.result if node.kind in ("tool", "function") else None
-            parts = [content] if isinstance(content, str) else content
-            if not isinstance(parts, list):
-                continue
-            cuts = [
-                len(t) - head - tail
-                for t in (p if isinstance(p, str) else p.get("text") for p in parts)
-                if isinstance(t, str) and len(t) > max_chars
-            ]
-            self.cut_results += bool(cuts)
-            self.cut_chars += sum(cuts)
-        cleared: set[str] = set()
-        for rec in graph.records:
-            if rec.kind == "clear":
-                cleared.update(rec.data.get("results") or [])
-        self.cleared = len(cleared)
-
-    def to_json(self) -> dict[str, int]:
-        return {
-            "cutResults": self.cut_results,
-            "cutChars": self.cut_chars,
-            "clearedResults": self.cleared,
-            "handlesShown": len(self.handles),
-        }

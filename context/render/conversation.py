@@ -15,6 +15,8 @@ from typing import Any
 
 import attrs
 
+from ..blocks import shorten_input
+from ..budget_reduction import truncate_result
 from ..errors import PendingToolResults
 from ..graph import Graph, Node, Path
 from ..policy import (
@@ -30,7 +32,6 @@ from ..projection import SUMMARY as SUMMARY_KIND
 from ..projection import Projection, hidden_runs
 from ..recall import cleared_note, handle_for, range_entries, range_note
 from ..tokens import BLOCK_OVERHEAD, MESSAGE_OVERHEAD, Counter
-from ..truncate import shorten_input, truncate_result
 from ..visibility import View
 
 # token categories of the context panel

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..budget_reduction import middle_truncate
 from ..tokens import COUNTER
-from ..truncate import middle_truncate
 from .types import SummaryFailure, SummaryRequest, SummaryResult
 
 KEY_ARGS = (

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import attrs
 
+from ..budget_reduction import middle_truncate
 from ..tokens import Counter
-from ..truncate import middle_truncate
 from .instructions import evidence_system
 from .types import SummaryRequest
 

@@ -16,11 +16,11 @@ from typing import Any
 import attrs
 import orjson
 
+from ..budget_reduction import middle_truncate
 from ..graph import Graph, Path
 from ..projection import Projection, thread_index
 from ..render.conversation import Conversation
 from ..tokens import Counter
-from ..truncate import middle_truncate
 from ..turns import Turn
 
 MIN_CHUNK_TOKENS = 2000

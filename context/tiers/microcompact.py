@@ -30,11 +30,11 @@ from typing import Any
 
 import attrs
 
+from ..blocks import has_long_strings
 from ..graph import Graph, Path
 from ..policy import CLEARED_PLACEHOLDER, Policy, is_compactable
 from ..projection import CLEAR, Projection, visible_bounds
 from ..render.request import Rendered, RequestSpec, ServerEdit
-from ..truncate import has_long_strings
 from .base import Run, TierEvent
 
 TIER = "microcompact"

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from compactd.context.budget_reduction import middle_truncate
 from compactd.context.engine import Engine
 from compactd.context.errors import InvalidContent, InvalidGraph, PendingToolResults
 from compactd.context.policy import (
     HIDDEN_OUTPUT_PLACEHOLDER,
     RUNNING_FUNCTION_PLACEHOLDER,
 )
-from compactd.context.truncate import middle_truncate
 from compactd.context.visibility import ViewOptions
 
 from tests.engine.helpers import (

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from compactd.context.budget_reduction import middle_truncate
 from compactd.context.engine import Engine
 from compactd.context.errors import PendingToolResults
 from compactd.context.policy import NO_RESULT_PLACEHOLDER
-from compactd.context.truncate import middle_truncate
 
 from tests.engine.helpers import (
     FORMATS,

@@ -1,11 +1,18 @@
-"""Budget Reduction: keep the head and the tail of an oversized tool result (spec §3)."""
+"""Budget Reduction (spec §3): keep the head and the tail of an oversized tool result.
+
+The cut's arithmetic (the 60/40 split of `maxToolResultChars`) and the note that stands in the
+middle (how much went, which lines, and — with recall — the handle that returns them) are one
+rule, so they live together; recall owns only handles and paging (`recall.line_starts`,
+`recall.content_text`).
+"""
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Any
 
 from .policy import MAX_TOOL_RESULT_CHARS, TRUNCATE_HEAD_CHARS, TRUNCATE_TAIL_CHARS
-from .recall import content_text, cut_note, omitted_lines
+from .recall import content_text, line_starts
 
 
 def middle_truncate(
@@ -58,26 +65,19 @@ def truncate_result(
     return out if changed else content
 
 
-def shorten_input(value: Any, limit: int) -> Any:
-    """An old tool call's input with every string longer than `limit` characters replaced by
-    a short note saying how long it was: the call keeps its shape and its small arguments (a
-    file path, a pattern) while a written file's content or a long command goes."""
-    if isinstance(value, str):
-        if len(value) <= limit:
-            return value
-        return f"[{len(value):,} characters cleared by compactd; the original is kept]"
-    if isinstance(value, dict):
-        return {k: shorten_input(v, limit) for k, v in value.items()}
-    if isinstance(value, list):
-        return [shorten_input(v, limit) for v in value]
-    return value
+def omitted_lines(text: str, start: int, stop: int) -> tuple[int, int, int] | None:
+    """The lines (first, last, total; 1-based) that characters `start:stop` touch, or None
+    when the text is a single line (nothing line-oriented to say)."""
+    starts = line_starts(text)
+    if len(starts) < 2 or stop <= start:
+        return None
+    return bisect_right(starts, start), bisect_right(starts, stop - 1), len(starts)
 
 
-def has_long_strings(value: Any, limit: int) -> bool:
-    if isinstance(value, str):
-        return len(value) > limit
-    if isinstance(value, dict):
-        return any(has_long_strings(v, limit) for v in value.values())
-    if isinstance(value, list):
-        return any(has_long_strings(v, limit) for v in value)
-    return False
+def cut_note(cut: int, handle: str, lines: tuple[int, int, int] | None) -> str:
+    """Budget Reduction's marker when the request carries `compactd_recall`."""
+    where = f" (lines {lines[0]}–{lines[1]} of {lines[2]} omitted)" if lines else ""
+    return (
+        f"\n\n[… {cut:,} characters{where} truncated by compactd; compactd_recall with handle "
+        f"{handle} returns them …]\n\n"
+    )

@@ -1,0 +1,582 @@
+"""`replay`: how a recorded session would have gone under the cascade, priced with the
+provider's cache rules, in the provider's units — beside "no management" and the recorded run.
+
+Driving the engine the way a live agent does (`../shared/notes/economy.md`): for each step
+(the ops before one recorded model call) the replay applies the ops, runs the idle work when
+the recorded gap exceeds the idle threshold, renders with the cascade (a system prompt
+included), and reports the provider's count of that request back, as a client reports `usage`.
+
+Units. The transcript records the provider's prompt size for each call; compactd estimates in
+cl100k. A first pass renders "no management" (every result as the agent sent it, nothing
+removed) and fits the recorded sizes before the first recorded compaction as
+`overhead + ratio × estimate` (main thread; sub-agents get their own overhead at the same
+ratio). Then every row is in the provider's units: a request counts `ratio × estimate`, with a
+system prompt whose count is the thread's overhead (or `system_tokens` when given). Without a
+recording, the model family's prior ratio and a 20,000-token system prompt stand in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import attrs
+import orjson
+
+from ..budget import prior_ratio
+from ..engine import Engine, RenderParams
+from ..errors import CannotFit
+from ..importers.apply import OpApplier, steps
+from ..importers.plan import ImportedSession, Note
+from ..render.request import Rendered, RequestSpec
+from ..summarizer.types import Steps
+from ..tiers.base import TierEvent
+from ..tiers.microcompact import CLEAR_EDIT
+from ..tokens import MESSAGE_OVERHEAD, Counter
+from ..visibility import ViewOptions
+from .cache_model import TTL_SECONDS, CacheModel, Charge, price_recorded
+from .recall_counts import RecallCounts
+
+NO_MANAGEMENT = {"maxToolResultChars": 10**15}
+REMOVING_TIERS = ("microcompact", "snip")
+DEFAULT_SYSTEM_TOKENS = 20_000  # Claude Code's own system prompt and tools are about this size
+COMPACTION_NOTES = ("compact_boundary", "compacted")  # a recorded compaction ends the fit
+SYSTEM_FILLER = (
+    "You are a coding agent working in the user's repository. Read before you edit, run the "
+    "tests after every change, keep changes small and explain each one. "
+)
+
+
+@attrs.frozen
+class ReplayOptions:
+    window: int | None = None
+    reserve: int | None = None
+    ttl: str = "5m"
+    model: str | None = None  # None: the transcript's own model
+    config: dict[str, Any] = attrs.field(factory=dict)  # session config (policy overrides)
+    baseline: bool = True
+    # provider tokens of the system prompt on every request (None: the fitted overhead)
+    system_tokens: int | None = None
+    ratio: float | None = None  # provider tokens per estimated token (None: fitted, or prior)
+    # the price of a cache write (None: the documented one, 1.25× for 5 minutes, 2× for an
+    # hour; the economy notes' instrument prices every write at 1.25×)
+    write_price: float | None = None
+
+
+@attrs.frozen
+class Fit:
+    """Recorded prompt sizes ≈ overhead + ratio × compactd's estimate of the messages."""
+
+    overhead: int
+    ratio: float
+    points: int
+    median_error: float  # relative, over the fitted points
+    max_error: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "overhead": self.overhead,
+            "ratio": round(self.ratio, 4),
+            "points": self.points,
+            "medianError": round(self.median_error, 4),
+            "maxError": round(self.max_error, 4),
+        }
+
+
+def fit_prompt_sizes(points: list[tuple[int, int]], ratio: float | None = None) -> Fit | None:
+    """Least squares of `recorded = overhead + ratio × estimate` (only the overhead when
+    `ratio` is given); None with too few points to say anything."""
+    if len(points) < (1 if ratio is not None else 2):
+        return None
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    if ratio is None:
+        spread = sum((x - mean_x) ** 2 for x, _ in points)
+        if spread == 0:
+            return None
+        ratio = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
+    overhead = mean_y - ratio * mean_x
+    errors = sorted(abs(overhead + ratio * x - y) / y for x, y in points if y > 0)
+    return Fit(round(overhead), ratio, n, errors[len(errors) // 2] if errors else 0.0, errors[-1])
+
+
+@attrs.frozen
+class Units:
+    """The provider's units for one replay: tokens per estimated token, and each thread
+    kind's fixed overhead (system prompt and tools) in provider tokens."""
+
+    ratio: float
+    overhead: dict[str, int]  # "main" | "function" -> provider tokens
+    source: str  # "fitted" | "prior" | "given"
+    fits: dict[str, Fit | None]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ratio": round(self.ratio, 4),
+            "systemTokens": dict(self.overhead),
+            "source": self.source,
+            "fit": {k: (f.to_json() if f else None) for k, f in self.fits.items()},
+        }
+
+
+@attrs.define
+class Totals:
+    requests: int = 0
+    cost: float = 0.0
+    peak: int = 0
+    over_window: int = 0
+    input_tokens: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    llm_calls: int = 0
+    summary_input: int = 0
+    summary_output: int = 0
+    removed_without_summary: int = 0
+    cannot_fit: int = 0
+    cache_rewrites: int = 0  # requests that re-wrote part of the previous one's live cache
+
+    def add(self, charge: Charge, tokens: int, limit: int, cannot_fit: bool, rewrite: bool) -> None:
+        self.requests += 1
+        self.cost += charge.cost
+        self.peak = max(self.peak, tokens)
+        self.over_window += tokens > limit
+        self.input_tokens += charge.tokens
+        self.cache_read += charge.read
+        self.cache_write += charge.written
+        self.cannot_fit += cannot_fit
+        self.cache_rewrites += rewrite
+
+    def add_summaries(self, calls: int, inp: int, out: int) -> None:
+        """Summary calls cost their input plus 5× their output."""
+        self.cost += inp + out * 5.0
+        self.llm_calls += calls
+        self.summary_input += inp
+        self.summary_output += out
+
+    def add_recorded(self, usage: dict[str, int], cost: float, limit: int) -> None:
+        prompt = recorded_prompt(usage)
+        self.requests += 1
+        self.cost += cost
+        self.peak = max(self.peak, prompt)
+        self.over_window += prompt > limit
+        self.input_tokens += prompt
+        self.cache_read += int(usage.get("cache_read_input_tokens") or 0)
+        self.cache_write += int(usage.get("cache_creation_input_tokens") or 0)
+
+    @property
+    def cache_read_share(self) -> float:
+        return self.cache_read / self.input_tokens if self.input_tokens else 0.0
+
+    @property
+    def rewrites_per_100(self) -> float:
+        return 100 * self.cache_rewrites / self.requests if self.requests else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out = attrs.asdict(self)
+        out["cacheReadShare"] = round(self.cache_read_share, 4)
+        out["rewritesPer100"] = round(self.rewrites_per_100, 1)
+        out["cost"] = round(self.cost, 1)
+        return {_camel(k): v for k, v in out.items()}
+
+
+@attrs.define
+class Step:
+    index: int
+    thread: str
+    time: float
+    tokens: int
+    limit: int
+    tiers: list[str]
+    events: list[dict[str, Any]]
+    cache_read: int
+    cache_write: int
+    cost: float
+    summary_calls: int
+    summary_input: int
+    summary_output: int
+    cannot_fit: bool
+    rewrite: bool = False
+    baseline_tokens: int | None = None
+    baseline_cost: float | None = None
+    recorded_tokens: int | None = None
+    recorded_cost: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {_camel(k): v for k, v in attrs.asdict(self).items()}
+
+
+POLICIES = ("compactd", "baseline", "recorded")
+
+
+@attrs.define
+class ReplayReport:
+    source: str
+    window: int
+    limit: int
+    threshold: int
+    ttl: str
+    provider: str | None
+    steps: list[Step]
+    totals: dict[str, Totals]  # by policy: every request
+    main: dict[str, Totals]  # by policy: the main thread's requests only
+    units: Units | None = None
+    write_price: float = 0.0
+    recall: RecallCounts | None = None  # cut on arrival, cleared, handles shown
+
+    @property
+    def compactd(self) -> Totals:
+        return self.totals["compactd"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "window": self.window,
+            "limit": self.limit,
+            "threshold": self.threshold,
+            "ttl": self.ttl,
+            "writePrice": self.write_price,
+            "provider": self.provider,
+            "units": self.units.to_json() if self.units else None,
+            "steps": [s.to_json() for s in self.steps],
+            "totals": {p: (t.to_json() if (t := self.totals.get(p)) else None) for p in POLICIES},
+            "mainThread": {p: (t.to_json() if (t := self.main.get(p)) else None) for p in POLICIES},
+            "recall": self.recall.to_json() if self.recall else None,
+        }
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def request_blocks(rendered: Rendered, counter: Any) -> list[tuple[bytes, int]]:
+    """The request as the cache sees it: (content key, tokens) per block, in prefix order
+    (tools, system, then each message's blocks; cache_control marks are not content). With
+    Tier 1's server path that is the request after the provider's clear: a clear re-writes
+    the cache from the cleared point, by the documented rule."""
+    request = rendered.seen_request
+    out: list[tuple[bytes, int]] = []
+
+    def key(kind: str, value: Any) -> bytes:
+        return hashlib.blake2b(kind.encode() + orjson.dumps(value), digest_size=16).digest()
+
+    for tool in request.get("tools", []):
+        plain = {k: v for k, v in tool.items() if k != "cache_control"}
+        out.append((key("tool", plain), counter.tool_definition(plain)))
+    for block in request.get("system", []):
+        plain = {k: v for k, v in block.items() if k != "cache_control"}
+        out.append((key("system", plain), counter.system_block(plain)))
+    parts = [p for msg in rendered.conversation.messages for p in msg.parts]
+    wire = [
+        (msg["role"], i, b) for msg in request["messages"] for i, b in enumerate(msg["content"])
+    ]
+    if len(parts) != len(wire):  # not the Anthropic format: count per message
+        for msg in request["messages"]:
+            text = orjson.dumps(msg)
+            out.append((key("message", msg), len(text) // 4 + MESSAGE_OVERHEAD))
+        return out
+    for (role, position, block), part in zip(wire, parts, strict=True):
+        plain = {k: v for k, v in block.items() if k != "cache_control"}
+        overhead = MESSAGE_OVERHEAD if position == 0 else 0
+        out.append((key(role + str(position == 0), plain), part.tokens + overhead))
+    return out
+
+
+def _applied_edits(rendered: Rendered, ratio: float) -> list[dict[str, Any]] | None:
+    """What the provider reports as applied for a request carrying Tier 1's server edit."""
+    if rendered.server is None:
+        return None
+    cleared = round((rendered.sent_estimate - rendered.estimate) * ratio)
+    return [{"type": CLEAR_EDIT, "cleared_input_tokens": cleared}]
+
+
+def scaled(blocks: list[tuple[bytes, int]], ratio: float) -> list[tuple[bytes, int]]:
+    return [(k, round(t * ratio)) for k, t in blocks]
+
+
+def synthetic_system(estimate: int, counter: Counter) -> str:
+    """A deterministic system prompt of about `estimate` cl100k tokens."""
+    if estimate <= 0:
+        return ""
+    unit = counter.text(SYSTEM_FILLER)
+    copies = estimate // unit + 1
+    while counter.text(SYSTEM_FILLER * copies) <= estimate:  # copies tokenize as a whole
+        copies += copies // 8 + 1
+    text = SYSTEM_FILLER * copies
+    lo, hi = 0, len(text)
+    while lo < hi:  # the longest prefix that is not over the estimate
+        mid = (lo + hi + 1) // 2
+        if counter.text(text[:mid]) <= estimate:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo]
+
+
+@attrs.frozen
+class _Recorded:
+    """One recorded model call as "no management" rendered it (the first pass)."""
+
+    index: int
+    kind: str  # "main" | "function"
+    estimate: int  # compactd's estimate of the messages, as the agent sent them
+    blocks: tuple[tuple[bytes, int], ...]
+    time: float
+    usage: dict[str, int] | None
+    before_compaction: bool
+
+
+def _no_management(engine: Engine, imported: ImportedSession) -> list[_Recorded]:
+    """Render every step as the recorded agent sent it, nothing removed or shortened."""
+    base = engine.library.create(config=dict(NO_MANAGEMENT))
+    engine.sessions[base.id] = base
+    applier = OpApplier(base, imported.sent)
+    base.clock = lambda: applier.now
+    out: list[_Recorded] = []
+    compacted = False
+    previous: float | None = None
+    for index, step in enumerate(steps(imported)):
+        for op in step.ops:
+            applier.apply(op)
+            if isinstance(op, Note) and op.kind.endswith(COMPACTION_NOTES):
+                compacted = True
+        call = step.call
+        if call is None:
+            continue
+        at = call.timestamp if call.timestamp is not None else (previous or 0.0) + 1.0
+        previous = at
+        viewer = applier.functions.get(call.thread) if call.thread else None
+        rendered = engine.render_session(base, RenderParams(view=ViewOptions(viewer=viewer)))
+        out.append(
+            _Recorded(
+                index,
+                "main" if call.thread is None else "function",
+                rendered.estimate,
+                tuple(request_blocks(rendered, engine.counter)),
+                at,
+                call.usage,
+                not compacted,
+            )
+        )
+    return out
+
+
+def recorded_prompt(usage: dict[str, int]) -> int:
+    return sum(
+        int(usage.get(k) or 0)
+        for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    )
+
+
+def provider_units(recorded: list[_Recorded], model: str | None, options: ReplayOptions) -> Units:
+    """Fit the provider's units on the recorded calls (see the module's docstring)."""
+    main = [
+        (r.estimate, recorded_prompt(r.usage))
+        for r in recorded
+        if r.usage and r.kind == "main" and r.before_compaction
+    ]
+    subs = [
+        (r.estimate, recorded_prompt(r.usage)) for r in recorded if r.usage and r.kind != "main"
+    ]
+    main_fit = fit_prompt_sizes(main)
+    if options.ratio:
+        ratio, source = options.ratio, "given"
+    elif main_fit is not None and main_fit.ratio > 0:
+        ratio, source = main_fit.ratio, "fitted"
+    else:
+        ratio, source = prior_ratio(model), "prior"
+    fits = {"main": main_fit, "function": fit_prompt_sizes(subs, ratio=ratio)}
+    at_ratio = {"main": fit_prompt_sizes(main, ratio=ratio), "function": fits["function"]}
+    overhead = {}
+    for kind, fit in at_ratio.items():
+        if options.system_tokens is not None:
+            overhead[kind] = options.system_tokens
+        elif fit is not None and fit.overhead > 0:
+            overhead[kind] = fit.overhead
+        else:
+            overhead[kind] = DEFAULT_SYSTEM_TOKENS
+    return Units(ratio, overhead, source, fits)
+
+
+def replay(
+    engine: Engine, imported: ImportedSession, options: ReplayOptions
+) -> Steps[ReplayReport]:
+    model = options.model or imported.model
+    recorded = _no_management(engine, imported)
+    units = provider_units(recorded, model, options)
+    ratio = units.ratio
+    systems = {
+        kind: synthetic_system(round(tokens / ratio), engine.counter)
+        for kind, tokens in units.overhead.items()
+    }
+    session = engine.library.create(
+        config=dict(options.config), meta={"replayOf": imported.source_id}
+    )
+    engine.sessions[session.id] = session
+    applier = OpApplier(session)
+    session.clock = lambda: applier.now
+    ttl_seconds = TTL_SECONDS[options.ttl]
+    cache = CacheModel(options.ttl, write_price=options.write_price)
+    base_cache = CacheModel(options.ttl, write_price=options.write_price)
+    write_price = cache.write_price
+    policies = ["compactd"] + ["baseline"] * options.baseline
+    policies += ["recorded"] * any(r.usage for r in recorded)
+    totals = {p: Totals() for p in policies}
+    main = {p: Totals() for p in policies}
+    last_request: dict[str, tuple[float, int]] = {}  # thread -> (time, provider tokens)
+    base_last: dict[str, tuple[float, int]] = {}
+    report_steps: list[Step] = []
+    policy = engine.policy(session)
+    previous: float | None = None
+    limit = window = 0
+    by_index = {r.index: r for r in recorded}
+    recall_counts = RecallCounts()
+    for index, step in enumerate(steps(imported)):
+        for op in step.ops:
+            applier.apply(op)
+        call = step.call
+        if call is None:
+            continue
+        rec = by_index[index]
+        at = rec.time
+        events: list[TierEvent] = []
+        if previous is not None and at - previous >= policy.idle_seconds:
+            events.extend(engine.run_idle(session).events)
+        previous = at
+        viewer = applier.functions.get(call.thread) if call.thread else None
+        thread = "main" if call.thread is None else f"function:{viewer}"
+        params = RenderParams(
+            view=ViewOptions(viewer=viewer),
+            spec=RequestSpec(
+                model=model,
+                window=options.window,
+                max_output_tokens=options.reserve,
+                system=systems[rec.kind] or None,
+                cache_ttl=None,
+            ),
+        )
+        cannot_fit = False
+        try:
+            outcome = yield from engine.cascade(session.id, params)
+            rendered = outcome.rendered
+            events.extend(outcome.events)
+        except CannotFit:
+            cannot_fit = True
+            rendered = engine.render_session(session, params)
+        tokens = round(rendered.estimate * ratio)  # what the provider counts
+        if policy.recall:  # handles only show with recall on
+            recall_counts.observe(rendered.request)
+        if not cannot_fit:  # the usage a live client reports after the call
+            engine.record_usage(
+                session.id,
+                model or "",
+                {"input_tokens": tokens},
+                estimated=rendered.estimate,
+                sent=rendered.sent_estimate,
+                applied_edits=_applied_edits(rendered, ratio),
+            )
+        limit, window = rendered.budget.limit, rendered.budget.window
+        charge = cache.request(scaled(request_blocks(rendered, engine.counter), ratio), at)
+        rewrite = _rewrote(last_request.get(thread), at, charge, ttl_seconds)
+        last_request[thread] = (at, charge.tokens)
+        summary_calls, summary_in, summary_out = _summary_usage(events, ratio)
+        applied = [e for e in events if e.applied]
+        removed = sum(
+            max(0, e.tokens_before - e.tokens_after) for e in applied if e.tier in REMOVING_TIERS
+        )
+        row = Step(
+            index=index,
+            thread=thread,
+            time=at,
+            tokens=tokens,
+            limit=limit,
+            tiers=[e.tier for e in applied],
+            events=[
+                {
+                    "tier": e.tier,
+                    "applied": e.applied,
+                    "reason": e.reason,
+                    "tokensBefore": e.tokens_before,
+                    "tokensAfter": e.tokens_after,
+                    # a summary provider that failed: the CLI's table and exit code say so
+                    **({"failed": True} if e.details.get("failed") else {}),
+                }
+                for e in events
+            ],
+            cache_read=charge.read,
+            cache_write=charge.written,
+            cost=round(charge.cost, 1),
+            summary_calls=summary_calls,
+            summary_input=summary_in,
+            summary_output=summary_out,
+            cannot_fit=cannot_fit,
+            rewrite=rewrite,
+        )
+        scopes = [totals, main] if call.thread is None else [totals]
+        for scope in scopes:
+            scope["compactd"].add(charge, tokens, limit, cannot_fit, rewrite)
+            scope["compactd"].add_summaries(summary_calls, summary_in, summary_out)
+            scope["compactd"].removed_without_summary += removed
+        if "baseline" in totals:
+            system_block = (b"system:" + rec.kind.encode(), units.overhead[rec.kind])
+            base_blocks = [system_block, *scaled(list(rec.blocks), ratio)]
+            base_charge = base_cache.request(base_blocks, at)
+            base_rewrite = _rewrote(base_last.get(thread), at, base_charge, ttl_seconds)
+            base_last[thread] = (at, base_charge.tokens)
+            for scope in scopes:
+                scope["baseline"].add(base_charge, base_charge.tokens, limit, False, base_rewrite)
+            row.baseline_tokens = base_charge.tokens
+            row.baseline_cost = round(base_charge.cost, 1)
+        if "recorded" in totals and rec.usage:
+            prompt = recorded_prompt(rec.usage)
+            cost = price_recorded(rec.usage, options.ttl, options.write_price)
+            for scope in scopes:
+                scope["recorded"].add_recorded(rec.usage, cost, limit)
+            row.recorded_tokens, row.recorded_cost = prompt, round(cost, 1)
+        report_steps.append(row)
+    recall_counts.finish(
+        session.graph,
+        policy.max_tool_result_chars,
+        policy.truncate_head_chars,
+        policy.truncate_tail_chars,
+    )
+    return ReplayReport(
+        imported.source_id,
+        window,
+        limit,
+        int(policy.cascade_threshold * limit),
+        options.ttl,
+        engine.provider_for(session),
+        report_steps,
+        totals,
+        main,
+        units,
+        write_price,
+        recall_counts,
+    )
+
+
+def _rewrote(
+    previous: tuple[float, int] | None, at: float, charge: Charge, ttl_seconds: float
+) -> bool:
+    """A cache-rewriting event: the thread's previous request was still cached, and this one
+    could not read all of it (something before its end changed)."""
+    if previous is None:
+        return False
+    when, tokens = previous
+    return at - when < ttl_seconds and charge.read < tokens
+
+
+def _summary_usage(events: list[TierEvent], ratio: float) -> tuple[int, int, int]:
+    """Summary calls of a step and their input and output tokens, in the provider's units
+    (the offline digest reports estimates; a real provider its own count)."""
+    calls = inp = out = 0
+    for event in events:
+        details = event.details
+        if event.tier in ("summary", "collapse") and event.applied:
+            scale = ratio if details.get("provider") in ("digest", None) else 1.0
+            calls += int(details.get("calls") or 0)
+            inp += round(int(details.get("inputTokens") or 0) * scale)
+            out += round(int(details.get("outputTokens") or 0) * scale)
+    return calls, inp, out
