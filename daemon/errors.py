@@ -10,7 +10,8 @@ from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInva
 from ..context.errors import CompactdError, TooLarge
 from ..protocol.convert import ParamsError
 from ..protocol.errors import code_for
-from .wire import INTERNAL_MESSAGE, plain
+from ..service.events import plain
+from .wire import INTERNAL_MESSAGE
 
 
 class CompactdRpcError(JsonRpcException):

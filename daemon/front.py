@@ -14,8 +14,9 @@ difference. `$/cancelRequest` for a request the front runs cancels it (−32800,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -70,6 +71,43 @@ class Front:
     @property
     def work_done_progress(self) -> Any:
         return self.load().work_done_progress
+
+    def log_message(self, level: str, message: str) -> None:
+        """`window/logMessage` (the services' word to the operator)."""
+        from lsprotocol.types import LogMessageParams, MessageType
+
+        kind = {"error": MessageType.Error, "warning": MessageType.Warning}.get(level)
+        params = LogMessageParams(type=kind or MessageType.Info, message=message)
+        self.protocol.notify("window/logMessage", params)
+
+    @contextlib.asynccontextmanager
+    async def progress(self, token: str | None, title: str) -> AsyncIterator[Callable[[str], None]]:
+        """`$/progress` for a client-chosen work-done token (nothing without one)."""
+        if token is None:
+            yield lambda message: None
+            return
+        from lsprotocol.types import (
+            WorkDoneProgressBegin,
+            WorkDoneProgressEnd,
+            WorkDoneProgressReport,
+        )
+
+        wdp = self.work_done_progress  # loads pygls, if the front has not yet
+        wdp.begin(token, WorkDoneProgressBegin(title=title, cancellable=True, percentage=0))
+
+        def report(message: str) -> None:
+            wdp.report(token, WorkDoneProgressReport(message=message))
+
+        try:
+            yield report
+        finally:
+            wdp.end(token, WorkDoneProgressEnd(message="done"))
+            wdp.tokens.pop(token, None)  # pygls never forgets a token otherwise
+
+    def client_summarizer(self, session_id: str, timeout_seconds: float) -> Any:
+        from .summarize_client import ClientSummaryProvider
+
+        return ClientSummaryProvider(self.protocol, session_id, timeout_seconds)
 
     @property
     def loaded(self) -> bool:

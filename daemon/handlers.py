@@ -14,10 +14,10 @@ from ..context.session import UNSET
 from ..context.visibility import ViewOptions
 from ..protocol import methods as m
 from ..protocol import types as t
-from .app import App
-from .compaction import compact, progress, render_with_cascade, replay_transcript
+from ..service.app import App
+from ..service.compaction import compact, render_with_cascade, replay_transcript
+from ..service.events import compaction_event, render_tokens
 from .rpc import rpc
-from .wire import compaction_event, render_tokens
 
 if TYPE_CHECKING:
     from .server import CompactdServer
@@ -150,7 +150,7 @@ def register(server: Any, app: App) -> None:
 
     @rpc(server, m.SESSION_IMPORT)
     async def session_import(ls: CompactdServer, p: t.ImportParams) -> t.ImportResult:
-        async with progress(app, p.work_done_token, "compactd: importing") as report:
+        async with app.front.progress(p.work_done_token, "compactd: importing") as report:
             report(p.path)
             # read and written in a worker thread: a big transcript never holds up the loop
             sessions, outcome = await asyncio.to_thread(engine.import_sessions, p.path, new=p.new)

@@ -12,12 +12,12 @@ from pathlib import Path
 
 from ..context.errors import CompactdError, InvalidConfig
 from ..context.policy import policy_from_config
-from ..context.store import default_data_dir
-from . import background
-from .app import App, Settings
+from ..context.stores import default_data_dir
+from ..service import background
+from ..service.app import App, Settings
+from ..service.providers import PROVIDERS
 from .front import Front
 from .handlers import register
-from .providers import PROVIDERS
 from .stdio import serve_stdio
 
 

@@ -121,7 +121,7 @@ class CompactdServer(LanguageServer):
         )
         self.exit_code: int | None = None
         self._exit_event: asyncio.Event | None = None
-        self.app: Any = None  # the daemon's services (set by `daemon.app`)
+        self.app: Any = None  # the daemon's services (set by `daemon.main.build`)
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """Out-of-band errors go to the log, never to a `window/showMessage`."""

@@ -1,33 +1,62 @@
-"""The daemon's services around the engine: the registry, summary providers, notifications.
+"""The services around the engine: the registry, summary providers, notifications.
 
-Handlers (`daemon/handlers.py`) stay a few lines each by calling into this object; everything
-that decides what the context holds is in `compactd.context`. Work the daemon does on its own
-(idle timers, background preparation, watching the store) is in `daemon/background.py`.
+Each front (the JSON-RPC daemon, the HTTP proxy) keeps its handlers a few lines each by calling
+into this object; everything that decides what the context holds is in `compactd.context`. Work
+done between requests (idle timers, background preparation, watching the store) is in
+`background.py`. The services speak to their clients only through the `Front` they were given.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
 from ..context.engine import Engine
 from ..context.session import Session
-from ..context.storage import open_store
+from ..context.stores import open_store
 from ..context.tiers.base import TierEvent
 from ..protocol import methods
 from ..protocol.types import SessionChangedNotification
-from .front import Front
+from .events import compacted
 from .providers import make_provider
 from .registry import Registry
-from .wire import compacted
 
 log = logging.getLogger("compactd.daemon")
+
+Report = Callable[[str], None]
+"""Says how long work is going (a summary call, a replayed step) while it runs."""
+
+
+class Front(Protocol):
+    """What the services need of the front that serves the clients."""
+
+    def notify(self, method: str, params: Any) -> None:
+        """A notification to the clients (attrs params; a front without clients logs it)."""
+        ...
+
+    def log_message(self, level: str, message: str) -> None:
+        """Something the operator should know (`info`, `warning`, `error`): a lost database
+        connection, a reconnection."""
+        ...
+
+    def progress(
+        self, token: str | None, title: str
+    ) -> contextlib.AbstractAsyncContextManager[Report]:
+        """Progress of long work for a client-chosen token (nothing without one)."""
+        ...
+
+    def client_summarizer(self, session_id: str, timeout_seconds: float) -> Any:
+        """The `client` summary provider: the front's client summarizes with its own model.
+        A front whose clients cannot raises `SummaryFailure("unavailable", …)`."""
+        ...
 
 
 @attrs.frozen
@@ -57,8 +86,8 @@ def settle() -> None:
 
 
 class App:
-    def __init__(self, server: Front, settings: Settings) -> None:
-        self.server = server
+    def __init__(self, front: Front, settings: Settings) -> None:
+        self.front = front
         self.settings = settings
         defaults: dict[str, Any] = {**settings.config, **settings.limits}
         if settings.idle_seconds is not None:
@@ -89,7 +118,7 @@ class App:
     def _changed(self, session_id: str, events: list[dict[str, Any]]) -> None:
         session = self.engine.sessions.get(session_id)
         heads = dict(session.graph.branches) if session is not None else {}
-        self.server.notify(
+        self.front.notify(
             methods.NOTIFY_SESSION_CHANGED,
             SessionChangedNotification(
                 session_id=session_id, seq=events[-1]["seq"], events=len(events), heads=heads
@@ -111,7 +140,7 @@ class App:
             provider = make_provider(
                 name,
                 session_id=session_id,
-                protocol=self.server.protocol,
+                front=self.front,
                 model=self.settings.summary_model,
                 timeout_seconds=self.settings.summarize_timeout_seconds,
             )
@@ -121,13 +150,9 @@ class App:
     # ---- notifications --------------------------------------------------------------------
 
     def store_said(self, level: str, message: str) -> None:
-        """The store's word on its connection (lost, reconnected) goes to the client too."""
-        from lsprotocol.types import LogMessageParams, MessageType
-
+        """The store's word on its connection (lost, reconnected) goes to the clients too."""
         getattr(log, level if level in ("info", "warning", "error") else "info")(message)
-        kind = {"error": MessageType.Error, "warning": MessageType.Warning}.get(level)
-        params = LogMessageParams(type=kind or MessageType.Info, message=message)
-        self.server.protocol.notify("window/logMessage", params)
+        self.front.log_message(level, message)
 
     def notify_compacted(self, session_id: str, event: TierEvent) -> None:
-        self.server.notify(methods.NOTIFY_COMPACTED, compacted(session_id, event))
+        self.front.notify(methods.NOTIFY_COMPACTED, compacted(session_id, event))

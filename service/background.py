@@ -1,8 +1,8 @@
-"""What the daemon does on its own, between requests: idle work, background preparation of the
+"""What the services do on their own, between requests: idle work, background preparation of the
 next summary, noticing other daemons' appends, and warming the tokenizer.
 
 `start(app)` hooks the idle check into every session's first use and returns the coroutines
-that `serve_stdio` runs beside the request loop.
+that a front runs beside its request loop (`serve_stdio`, the proxy's server).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def _run_idle(app: App, session: Session) -> None:
     outcome = app.engine.run_idle(session)
     for event in outcome.events:
         app.notify_compacted(session.id, event)
-    app.server.notify(
+    app.front.notify(
         methods.NOTIFY_SESSION_IDLE,
         SessionIdleNotification(session_id=session.id, idle_seconds=idle, cleared=outcome.cleared),
     )

@@ -1,4 +1,4 @@
-"""Driving the engine's cascade from the daemon: summary providers, progress, cancellation,
+"""Driving the engine's cascade for a front: summary providers, progress, cancellation,
 notifications.
 
 The engine's cascade (and background preparation, and a replay) is a generator that yields
@@ -10,11 +10,10 @@ commit, so nothing is written. One cascade runs per session at a time.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..context.engine import Engine, RenderParams
@@ -22,7 +21,7 @@ from ..context.errors import InvalidContent, ProviderFailure
 from ..context.policy import policy_from_config
 from ..context.render.request import Rendered
 from ..context.replay import ReplayOptions, replay
-from ..context.store import Store
+from ..context.stores import FileStore
 from ..context.summarizer.driver import drive_async
 from ..context.summarizer.types import Answer, Steps, SummaryFailure, SummaryNeeded
 from ..context.tiers.base import Outcome, TierEvent
@@ -49,7 +48,7 @@ async def drive(
     """Run `steps` to its end, answering each summary request with `provider` and reporting
     it as `$/progress` on the client's `token`."""
     calls = 0
-    async with progress(app, token, title) as report:
+    async with app.front.progress(token, title) as report:
 
         async def answer(need: SummaryNeeded) -> Answer:
             nonlocal calls
@@ -92,27 +91,6 @@ async def answer_one(
         )
     except SummaryFailure as failure:
         return failure
-
-
-@contextlib.asynccontextmanager
-async def progress(app: App, token: str | None, title: str) -> AsyncIterator[Any]:
-    """`$/progress` for a client-chosen work-done token (nothing without one)."""
-    if token is None:
-        yield lambda message: None
-        return
-    from lsprotocol.types import WorkDoneProgressBegin, WorkDoneProgressEnd, WorkDoneProgressReport
-
-    wdp = app.server.work_done_progress  # loads pygls, if the front has not yet
-    wdp.begin(token, WorkDoneProgressBegin(title=title, cancellable=True, percentage=0))
-
-    def report(message: str) -> None:
-        wdp.report(token, WorkDoneProgressReport(message=message))
-
-    try:
-        yield report
-    finally:
-        wdp.end(token, WorkDoneProgressEnd(message="done"))
-        wdp.tokens.pop(token, None)  # pygls never forgets a token otherwise
 
 
 async def render_with_cascade(
@@ -200,7 +178,7 @@ async def replay_transcript(app: App, p: ReplayParams) -> dict[str, Any]:
         write_price=p.write_price,
     )
     with tempfile.TemporaryDirectory(prefix="compactd-replay-") as scratch:
-        engine = Engine(Store(scratch), defaults=app.engine.defaults, summary_provider=provider)
+        engine = Engine(FileStore(scratch), defaults=app.engine.defaults, summary_provider=provider)
         result = await drive(
             app,
             "replay",

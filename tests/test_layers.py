@@ -2,8 +2,9 @@
 counts wherever it appears — module level, inside a function, under `TYPE_CHECKING` — and so do
 the format modules that importer detection loads by name.
 
-    core ← render ← summarizer ← tiers ← cascade ← engine ← daemon
-    protocol imports no engine; clients import only protocol; no cycle anywhere.
+    core ← render ← summarizer ← tiers ← cascade ← engine ← service ← daemon, proxy
+    protocol imports no engine; clients import only protocol; the two fronts (daemon, proxy)
+    never import each other, nor the clients; no cycle anywhere.
 
 A cycle that bites only at call time is still a cycle: it makes import order matter and hides a
 layer that points the wrong way.
@@ -12,15 +13,21 @@ layer that points the wrong way.
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
 from compactd.context.importers import FORMATS
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = {"compactd": "compactd", "context": "compactd.context", "protocol": "compactd.protocol"}
-FOLDERS |= {"daemon": "compactd.daemon", "clients": "compactd.clients"}
+FOLDERS = {
+    folder: package
+    for package, folder in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"][
+        "setuptools"
+    ]["package-dir"].items()
+}
 ENGINE_LAYERS = ("core", "render", "summarizer", "tiers", "cascade", "engine")
+FRONTS = ("daemon", "proxy")
 
 
 def modules() -> dict[str, Path]:
@@ -63,9 +70,11 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
 
 def layer(module: str) -> str:
     """Which layer of the rule a module belongs to."""
+    if module == "compactd":
+        return "package"  # the namespace's `__init__`: the version, nothing else
     parts = module.split(".")
     top = parts[1] if len(parts) > 1 else ""
-    if top in ("protocol", "daemon", "clients"):
+    if top in ("protocol", "service", "daemon", "proxy", "clients"):
         return top
     if top != "context":
         return "root"  # compactd itself: the console script's composition root
@@ -78,6 +87,8 @@ def layer(module: str) -> str:
 
 
 def allowed(source: str, target: str) -> bool:
+    if target == "package":
+        return True
     if source == "root":
         return True  # compactd.main: the console script's composition root
     if source in ENGINE_LAYERS:
@@ -88,8 +99,10 @@ def allowed(source: str, target: str) -> bool:
         return target == "protocol"
     if source == "clients":
         return target in ("protocol", "clients")
-    if source == "daemon":
-        return target != "clients"
+    if source == "service":
+        return target in ENGINE_LAYERS or target in ("protocol", "service")
+    if source in FRONTS:
+        return target in ENGINE_LAYERS or target in ("protocol", "service", source)
     return False
 
 
@@ -156,6 +169,11 @@ def test_the_rule_sees_what_it_judges(graph: dict[str, set[str]]) -> None:
     assert not allowed(layer("compactd.context.render.request"), layer("compactd.context.tiers"))
     assert not allowed(layer("compactd.clients.cli"), layer("compactd.daemon.main"))
     assert not allowed(layer("compactd.protocol.types"), layer("compactd.context.errors"))
+    assert not allowed(layer("compactd.proxy.server"), layer("compactd.daemon.handlers"))
+    assert not allowed(layer("compactd.daemon.handlers"), layer("compactd.proxy.server"))
+    assert not allowed(layer("compactd.service.app"), layer("compactd.daemon.front"))
+    assert allowed(layer("compactd.proxy.server"), layer("compactd.context.stores.files"))
+    assert allowed(layer("compactd.proxy.server"), layer("compactd.service.app"))
     assert cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b"]]
 
 
@@ -167,3 +185,16 @@ def test_format_modules_import_what_they_use_not_the_package(
     for module in FORMATS.values():
         assert "compactd.context.importers" not in graph[module], module
         assert "compactd.context.importers.detect" not in graph[module], module
+
+
+def test_every_source_folder_is_judged() -> None:
+    """A new top-level package (a third front, say) cannot slip past the rule: every folder
+    of the repository that holds an `__init__.py` is one `package-dir` maps, so `modules()`
+    walks it."""
+    packages = {
+        path.parent.name
+        for path in ROOT.glob("*/__init__.py")
+        if path.parent.name not in ("tests", "bench")
+    }
+    assert packages == set(FOLDERS), packages ^ set(FOLDERS)
+    assert {"proxy", "service", "daemon"} <= packages

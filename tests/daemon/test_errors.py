@@ -272,10 +272,10 @@ async def test_a_corrupt_log_is_a_store_failure_never_a_crash(
 async def test_internal_error_carries_no_traceback(tmp_path: Path) -> None:
     """Every bug takes this path: the `rpc` wrapper answers an unexpected exception with a
     −32603 that names nothing but its type (the details go to the daemon's log)."""
-    from compactd.daemon.app import Settings
     from compactd.daemon.main import build
     from compactd.daemon.server import rpc
     from compactd.protocol.types import ListParams
+    from compactd.service.app import Settings
     from pygls.exceptions import JsonRpcInternalError
 
     server, _app = build(Settings(data_dir=tmp_path, watch=False))

@@ -1,4 +1,4 @@
-"""Issue 16, the files and sizes classes, through a real `compactd serve` run with small
+"""Hardening, the files and sizes classes, through a real `compactd serve` run with small
 limits (`COMPACTD_MAX_IMPORT_BYTES`, `COMPACTD_MAX_MESSAGE_BYTES`): import reads regular files
 only and never past its limit, files a transcript refers to are read only inside its own
 folder, NUL bytes and non-numeric counts are typed errors, an oversized message is refused, and
@@ -288,8 +288,8 @@ async def test_an_import_runs_in_a_worker_thread(
     """While an import is being read, the daemon's loop keeps running: the import (held on an
     event) only finishes because a coroutine on the loop released it."""
     from compactd.context.engine import ImportOutcome
-    from compactd.daemon.app import Settings
     from compactd.daemon.main import build
+    from compactd.service.app import Settings
 
     server, app = build(Settings(data_dir=tmp_path / "data", watch=False))
     release = threading.Event()

@@ -1,4 +1,4 @@
-"""Recall through the real daemon (issue 12): every marker names a handle, and
+"""Recall through the real daemon: every marker names a handle, and
 `context/recall` with that handle gives back what the marker stands for."""
 
 from __future__ import annotations

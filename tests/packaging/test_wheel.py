@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -21,13 +22,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Source folder → where it lands in the wheel (DESIGN §1: all under one `compactd` namespace).
+# Source folder → where it lands in the wheel (DESIGN §1: all under one `compactd` namespace),
+# read from the build configuration; `test_every_top_level_package_is_built` checks that the
+# configuration names every top-level package of the tree.
 PACKAGE_FOLDERS = {
-    "compactd": "compactd",
-    "context": "compactd/context",
-    "protocol": "compactd/protocol",
-    "daemon": "compactd/daemon",
-    "clients": "compactd/clients",
+    folder: package.replace(".", "/")
+    for package, folder in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"][
+        "setuptools"
+    ]["package-dir"].items()
 }
 NOT_PYTHON = {"clients/node", "clients/vscode"}
 DATA_FILES = {
@@ -115,6 +117,9 @@ def test_every_python_folder_is_a_package_with_all_its_modules(
     names, _output = wheel
     folders = _python_folders()
     assert Path("context/importers") in folders  # the walk sees the tree
+    assert {Path("context/stores"), Path("context/replay"), Path("service/providers")} <= set(
+        folders
+    )
     missing = []
     for folder, target in folders.items():
         if f"{target}/__init__.py" not in names:
@@ -123,6 +128,17 @@ def test_every_python_folder_is_a_package_with_all_its_modules(
             if f"{target}/{module.name}" not in names:
                 missing.append(f"{target}/{module.name}")
     assert missing == []
+
+
+def test_every_top_level_package_is_built() -> None:
+    """A front or layer added beside the others (a folder with an `__init__.py`) is in
+    `package-dir`, so it cannot be left out of the wheel."""
+    tree = {
+        path.parent.name
+        for path in ROOT.glob("*/__init__.py")
+        if path.parent.name not in ("tests", "bench")
+    }
+    assert tree == set(PACKAGE_FOLDERS), tree ^ set(PACKAGE_FOLDERS)
 
 
 def test_the_data_files_are_shipped(wheel: tuple[set[str], str]) -> None:

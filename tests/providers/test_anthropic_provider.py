@@ -19,7 +19,7 @@ from typing import Any
 import anthropic
 import pytest
 from compactd.context.summarizer.types import SummaryFailure, SummaryRequest
-from compactd.daemon.providers.anthropic_provider import (
+from compactd.service.providers.anthropic_provider import (
     DEFAULT_SUMMARY_MODEL,
     MODEL_ENV,
     AnthropicSummaryProvider,
