@@ -1,4 +1,4 @@
-// Recall (issue 12) from Node: a scripted model reads a big file, finds the cut in its result,
+// Recall from Node: a scripted model reads a big file, finds the cut in its result,
 // calls `compactd_recall` with the handle the marker names, and gets the lines back; the next
 // request holds them after the previous request, unchanged. One daemon, its own data dir.
 import assert from "node:assert/strict";
