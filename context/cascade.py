@@ -49,6 +49,8 @@ def run_cascade(
         yield from _automatic(run)
     if run.total > run.limit:
         raise _cannot_fit(run)
+    if overflow is not None:  # what goes out must not be the request the provider refused
+        reactive.verify(run)
     return run.outcome(before, run.commit())
 
 

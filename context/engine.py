@@ -286,13 +286,16 @@ class Engine:
         for rec in session.graph.records:
             data = rec.data
             if rec.kind in (USAGE, REACTIVE) and data.get("estimated") and data.get("reported"):
-                adopt = cal.force if (rec.kind == REACTIVE or data.get("exact")) else cal.observe
-                counted = data["reported"]
+                model, counted = data.get("model") or "", data["reported"]
+                if rec.kind == REACTIVE:  # the provider's count of that request, unclamped
+                    cal.force(model, counted, data["estimated"], clamp=False)
+                    continue
+                adopt = cal.force if data.get("exact") else cal.observe
                 if "cleared" in data and "sent" not in data:
                     # the provider cleared by an edit we did not count (a client's own):
                     # add it back, so the count of what we sent is compared
                     counted += int(data["cleared"] or 0)
-                adopt(data.get("model") or "", counted, data["estimated"])
+                adopt(model, counted, data["estimated"])
         self._calibration[session.id] = (version, cal)
         return cal
 
@@ -428,6 +431,8 @@ class Engine:
         """The cascade as a generator (see `cascade.run_cascade`); drive it with
         `drive` or by answering its `SummaryNeeded` requests."""
         session = self.session(session_id)
+        if overflow is not None:
+            overflow = self.with_estimate(session_id, overflow)
         return self._remembering(
             session_id,
             params,
@@ -601,7 +606,7 @@ class Engine:
             )
         overflow = parse_overflow(*error) if error else None
         if overflow is not None:
-            self._overflow[session_id] = overflow
+            self._overflow[session_id] = self.with_estimate(session_id, overflow)
         return UsageReport(
             ratio,
             reported,
@@ -609,6 +614,14 @@ class Engine:
             overflow is not None,
             overflow.limit_tokens if overflow else None,
         )
+
+    def with_estimate(self, session_id: str, overflow: Overflow) -> Overflow:
+        """`overflow` with our estimate of the request it was about (the last one rendered), so
+        Tier 5 compares the next request with that one."""
+        last = self._last_estimate.get(session_id)
+        if overflow.estimated is not None or last is None:
+            return overflow
+        return attrs.evolve(overflow, estimated=last[1])
 
     def take_overflow(self, session_id: str) -> Overflow | None:
         return self._overflow.pop(session_id, None)

@@ -47,7 +47,7 @@ from ..summarizer.generate import Limits, generate
 from ..summarizer.input import Range, SummaryInput, user_request_texts
 from ..summarizer.instructions import checkpoint_system
 from ..summarizer.types import Steps, SummaryFailure, SummaryNeeded
-from ..tokens import IMAGE_TOKENS, MESSAGE_OVERHEAD
+from ..tokens import MESSAGE_OVERHEAD
 from ..turns import Turn, has_running, is_complete, plan_cuts, turn_node_ids, turns_of
 from .base import Run, TierEvent
 
@@ -354,26 +354,32 @@ class MarkerBound:
         last = _last_assistant_text(run.graph, run.path, rng) if rng.partial is None else None
         if last:
             tokens += counter.request_text(last)
-        tokens += IMAGE_TOKENS * _media_count(run, rng)  # images and documents stay
+        tokens += _media_tokens(run, rng)  # images and documents stay
         return round(tokens * run.rendered.ratio)
 
 
-def _media_count(run: Run, rng: Range) -> int:
-    """Images and documents the summary of `rng` keeps (an upper bound: every one in its
-    new turns and, as the prior summary's, already kept)."""
+def _media_tokens(run: Run, rng: Range) -> int:
+    """What the images and documents the summary of `rng` keeps cost (an upper bound: every
+    one in its new turns and, as the prior summary's, those already kept)."""
     summary = run.rendered.projection.summary
-    count = len(summary.data.get("media") or []) if summary is not None else 0
-    graph = run.graph
+    graph, counter = run.graph, run.engine.counter
+    blocks: list[dict[str, Any]] = []
+    for ref in (summary.data.get("media") or []) if summary is not None else []:
+        node = graph.nodes.get(ref.get("node") or "")
+        source = (node.result if node.kind == "tool" else node.content) if node else None
+        index = ref.get("block", -1)
+        if isinstance(source, list) and 0 <= index < len(source):
+            blocks.append(source[index])
     for node_id in rng.covers:
         node = graph.nodes.get(node_id)
         if node is None:
             continue
         source = node.result if node.kind == "tool" else node.content
         if isinstance(source, list):
-            count += sum(
-                1 for b in source if isinstance(b, dict) and b.get("type") in ("image", "document")
+            blocks.extend(
+                b for b in source if isinstance(b, dict) and b.get("type") in ("image", "document")
             )
-    return count
+    return sum(counter.block(b) for b in blocks)
 
 
 def _last_assistant_text(graph: Graph, path: Path, rng: Range) -> str | None:

@@ -165,7 +165,9 @@ def test_a_cut_result_of_several_blocks_counts_lines_across_them() -> None:
     assert total == len(whole) - 1  # the final newline opens no line
     assert whole[0] == "a" and whole[3].startswith("[image")  # 3 lines, then the image's 1
     text = big["text"]
-    assert first == 4 + text.count("\n", 0, 2400) + 1  # the line the cut starts in
+    # the cut is over the result's text end to end: 2,400 characters in, 5 of them the first
+    # block's
+    assert first == 4 + text.count("\n", 0, 2400 - 5) + 1  # the line the cut starts in
     assert last == 4 + text.count("\n", 0, len(text) - 1600 - 1) + 1  # … and ends in
     shown = cut[2]["text"]
     assert f"\n{whole[first]}\n" not in shown and f"\n{whole[last - 2]}\n" not in shown
