@@ -96,8 +96,15 @@ def _marker(
     cut = cut_to - cut_from
     if handle is None:
         return f"\n\n[… {cut:,} characters truncated by compactd …]\n\n"
-    # where the cut lies in the result as recall serves it: text parts and a line naming each
-    # other part, joined by newlines
+    full, start, stop = _span(parts, texts, cut_from, cut_to)
+    return cut_note(cut, handle, omitted_lines(full, start, stop))
+
+
+def _span(
+    parts: list[Any], texts: list[str | None], cut_from: int, cut_to: int
+) -> tuple[str, int, int]:
+    """The result as recall serves it (text parts and a line naming each other part, joined by
+    newlines) and where the cut lies in it."""
     full = content_text(parts)
     at_text = at_full = 0
     start = stop = None
@@ -110,9 +117,21 @@ def _marker(
                 stop = at_full + (cut_to - at_text)
         at_text += size
         at_full += len(content_text([block])) + 1
-    start = start if start is not None else len(full)
-    stop = stop if stop is not None else len(full)
-    return cut_note(cut, handle, omitted_lines(full, start, stop))
+    return full, len(full) if start is None else start, len(full) if stop is None else stop
+
+
+def first_cut_line(content: Any, max_chars: int, head: int, tail: int) -> int | None:
+    """The first line (1-based, as recall counts them) of a result that Budget Reduction's cut
+    leaves out; None when it is not cut."""
+    parts: list[Any] = [{"type": "text", "text": content}] if isinstance(content, str) else content
+    if not isinstance(parts, list):
+        return None
+    texts = [_text_of(b) for b in parts]
+    total = sum(len(t) for t in texts if t is not None)
+    if total <= max_chars or total - tail - head <= NOTE_ROOM:
+        return None
+    full, start, _ = _span(parts, texts, head, total - tail)
+    return bisect_right(line_starts(full), start)
 
 
 def omitted_lines(text: str, start: int, stop: int) -> tuple[int, int, int] | None:

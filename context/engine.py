@@ -17,12 +17,14 @@ import attrs
 import orjson
 
 from .budget import Calibration, reported_prompt_tokens
+from .budget_reduction import first_cut_line
 from .cascade import Drive, run_cascade
 from .decompose import from_anthropic, from_nodes, from_openai
 from .errors import CompactdError, InvalidContent
 from .graph import Graph, Node, Record
 from .policy import Policy, check_session_config, policy_from_config
 from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE, project
+from .recall import CUT, Recalled, page, resolve, shown_content, text_of
 from .render.request import Rendered, RenderParams, render_request
 from .session import UNSET, AppendResult, Library, Session
 from .stores.interface import SessionStore
@@ -661,6 +663,33 @@ class Engine:
             data["appliedEdits"] = applied_edits
         session.add_records([{"kind": USAGE, "covers": [], "data": data}])
         return self.calibration(session).ratio(model), reported, estimated
+
+    # ---- recall -------------------------------------------------------------------------------
+
+    def recall(
+        self,
+        session_id: str,
+        handle: str,
+        start_line: int | None = None,
+        end_line: int | None = None,
+        branch: str | None = None,
+    ) -> Recalled:
+        """What a handle stands for, a page of it. A cut note's handle recalled without lines
+        starts at the first line the cut left out (the model has the lines before it)."""
+        session = self.session(session_id)
+        g = session.graph
+        policy = self.policy(session)
+        path = g.branch_path(branch)
+        node, part = resolve(g, handle, path)
+        text = text_of(g, node, part, path)
+        if part == CUT and start_line is None:
+            start_line = first_cut_line(
+                shown_content(g, node),
+                policy.max_tool_result_chars,
+                policy.truncate_head_chars,
+                policy.truncate_tail_chars,
+            )
+        return page(text, policy.recall_max_chars, start_line, end_line)
 
     # ---- inspection ---------------------------------------------------------------------------
 

@@ -74,6 +74,11 @@ CLEARED_PLACEHOLDER = (
 )
 """What a time-based clear leaves (~20 tokens). Fixed bytes: every later render is identical."""
 
+SUMMARY_LAST_ASSISTANT_CHARS = 2000
+"""The most of the last assistant text a summary marker quotes verbatim (its head and tail
+past it): a text-heavy turn's last message would otherwise keep most of what the summary
+freed."""
+
 RUNNING_FUNCTION_PLACEHOLDER = (
     "[This function is still running; its output will appear here when it completes.]"
 )
@@ -133,6 +138,7 @@ class Policy:
     summary_model: str = ""
     summary_keep_turns: int = 2
     summary_max_tokens: int = 5000
+    summary_last_assistant_chars: int = SUMMARY_LAST_ASSISTANT_CHARS
     # the spec's checkpoint is 2,000–5,000 tokens: the summary may use at least this many
     # (a small window lowers it to a fifth of its limit)
     summary_min_tokens: int = 2000
@@ -195,6 +201,7 @@ _AT_LEAST_ONE = frozenset(
         "summary_max_calls",
         "max_tool_result_chars",
         "recall_max_chars",
+        "summary_last_assistant_chars",
     }
 )
 _CHOICES: dict[str, tuple[str, ...]] = {

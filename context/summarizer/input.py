@@ -52,6 +52,7 @@ class SummaryInput:
     # images and documents of the range, named in the input and kept in the request after
     # the checkpoint: {"name", "kind", "node", "block", "toolUseId"?} (a prior summary's first)
     media: list[dict[str, Any]] = attrs.field(factory=list)
+    last_assistant_node: str | None = None  # the message `last_assistant` is the text of
 
     @property
     def tokens(self) -> int:
@@ -76,7 +77,8 @@ def _text_of(content: Any) -> str:
         if block.get("type") == "text":
             out.append(block["text"])
         elif block.get("type") in MEDIA_KINDS:
-            out.append(f"[{block['type']}, kept in the request]")
+            # named, not said to be kept: whether it stays is decided after the summary
+            out.append(f"[{block['type']}]")
         else:
             out.append(f"[{block.get('type', 'content')}]")
     return "\n".join(out)
@@ -109,6 +111,7 @@ def build_input(
     items: list[dict[str, Any]] = []
     requests: list[str] = []
     last_assistant: str | None = None
+    last_node: str | None = None
     prior_text: str | None = None
     media: list[dict[str, Any]] = []
     starts = {t.start_id for t in rng.turns} | ({rng.partial.start_id} if rng.partial else set())
@@ -148,9 +151,11 @@ def build_input(
             if msg.kind != "turn":
                 continue
             for part in msg.parts:
-                last_assistant = _describe(
+                said = _describe(
                     graph, msg.role, part, lines, items, last_assistant, evidence, media
                 )
+                if said is not last_assistant:
+                    last_assistant, last_node = said, part.node
     if rng.partial is not None and rng.through is not None:
         # the turn's request stays verbatim in the request: here it is context for the work on
         # it so far (what the summary replaces), not one of the requests the summary quotes
@@ -163,9 +168,11 @@ def build_input(
             for part in msg.parts:
                 at = thread_index(graph, part.node, path) if part.node else None
                 if at is not None and rng.partial.start < at <= rng.through:
-                    last_assistant = _describe(
+                    said = _describe(
                         graph, msg.role, part, lines, items, last_assistant, evidence, media
                     )
+                    if said is not last_assistant:
+                        last_assistant, last_node = said, part.node
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
     pieces = [(i > 0, p) for line in lines for i, p in enumerate(_split_line(line, counter))]
     return SummaryInput(
@@ -178,6 +185,7 @@ def build_input(
         digest,
         [cont for cont, _ in pieces],
         media,
+        last_node,
     )
 
 

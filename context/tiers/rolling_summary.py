@@ -35,7 +35,7 @@ import attrs
 
 from ..graph import Graph, Path
 from ..projection import EVIDENCE, SUMMARY, Projection, thread_index
-from ..render.conversation import TOOL_RESULTS
+from ..render.conversation import TOOL_RESULTS, last_assistant_kept
 from ..summarizer.evidence import (
     EvidenceSource,
     batches,
@@ -336,6 +336,7 @@ class MarkerBound:
     does not; inside a turn, the latest assistant message stays after the marker)."""
 
     HEADER = 40
+    NOTE = 60  # the recall note in a cut last assistant text
 
     def __init__(self, run: Run) -> None:
         self.run = run
@@ -352,8 +353,9 @@ class MarkerBound:
                 self.requests[turn.start_id] = sum(map(counter.request_text, texts))
             tokens += self.requests[turn.start_id]
         last = _last_assistant_text(run.graph, run.path, rng) if rng.partial is None else None
-        if last:
-            tokens += counter.request_text(last)
+        if last:  # as the marker keeps it (its ends, past the bound; the note's ~50 tokens)
+            kept = last_assistant_kept(last, run.policy.summary_last_assistant_chars)
+            tokens += counter.request_text(kept) + (self.NOTE if kept != last else 0)
         tokens += _media_tokens(run, rng)  # images and documents stay
         return round(tokens * run.rendered.ratio)
 
@@ -399,9 +401,11 @@ def _last_assistant_text(graph: Graph, path: Path, rng: Range) -> str | None:
 def choose_range(run: Run) -> Range | None:
     """The range Tier 4 replaces, the least that brings the request to the run's target:
     before the latest `summaryKeepTurns` complete turns; else before the latest complete turn
-    (the spec's "retain the latest turn"); else inside the latest complete turn, then inside
-    the active one (a long turn of tool calls). With nothing to summarize, short history is
-    left alone."""
+    (the spec's "retain the latest turn"). Only when the request cannot fit (its limit) with
+    that turn whole — neither as it is nor with whole turns summarized — does the range end
+    inside a turn — the latest complete one, then the
+    active one (a long turn of tool calls): the spec's rule gives way to what must be sent,
+    never to the headroom target. With nothing to summarize, short history is left alone."""
     policy, proj, graph, path = run.policy, run.rendered.projection, run.graph, run.path
     costs = Costs.of(run)
     marker = MarkerBound(run)
@@ -414,7 +418,7 @@ def choose_range(run: Run) -> Range | None:
         wider = select_replaceable_range(graph, path, proj, 1)
         if wider is not None and (best is None or len(wider.turns) > len(best.turns)):
             best = wider
-    if after(best) > run.target:
+    if min(run.total, after(best)) > run.limit:  # no whole-turn range lets it be sent
         best = _inside_a_turn(run, costs, after) or best
     if best is None or not (best.new_turns or best.partial is not None):
         return None
@@ -470,6 +474,14 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
     proj = run.rendered.projection
     rng = choose_range(run)
     if rng is None:
+        if run.target < run.total <= run.limit:
+            run.note(
+                TIER,
+                "the retained turns stay whole: nothing before them is left to summarize and "
+                f"the request fits its limit with them ({run.total:,} ≤ {run.limit:,} tokens); "
+                "a summary inside a turn waits until it would not; the provider was not called",
+            )
+            return
         run.note(
             TIER,
             "short history: nothing before the retained turns to summarize; the "
@@ -503,6 +515,7 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
         "userRequests": inp.user_requests,
         # inside a turn, the latest assistant message stays verbatim after the marker
         "lastAssistant": inp.last_assistant if rng.partial is None else None,
+        "lastAssistantNode": inp.last_assistant_node if rng.partial is None else None,
         "provider": run.provider,
         "inputHash": inp.digest,
         "inputTokens": inp.tokens,
@@ -528,9 +541,10 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
     summary_event = TierEvent(
         TIER,
         ("/compact" if manual else "over threshold after the cheaper tiers")
-        + f": summarized {_what(run.path, rng)}",
+        + f": summarized {_what(run, rng)}",
         details={
             "coveredTurns": len(rng.turns),
+            **_partial_details(run, rng),
             "provider": run.provider,
             "calls": usage.get("calls", 0),
             "inputTokens": usage.get("inputTokens", 0),
@@ -565,6 +579,16 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
         )
 
 
+def _partial_details(run: Run, rng: Range) -> dict[str, Any]:
+    """The event's word on a cut inside a turn: which turn, and whether it was complete."""
+    if rng.partial is None:
+        return {}
+    return {
+        "partialTurn": rng.partial.start_id,
+        "partialTurnComplete": is_complete(run.graph, run.path, rng.partial),
+    }
+
+
 def _inside(path: Path, rng: Range) -> dict[str, Any]:
     """The record's fields for a summary that ends inside a turn."""
     if rng.partial is None or rng.through is None:
@@ -572,16 +596,31 @@ def _inside(path: Path, rng: Range) -> dict[str, Any]:
     return {"partialTurn": rng.partial.start_id, "through": path.line.ids[rng.through]}
 
 
-def _what(path: Path, rng: Range) -> str:
+def _what(run: Run, rng: Range) -> str:
+    """What a summary replaced, in words: whole turns, and — inside a turn — which turn (the
+    latest complete one or the one in progress, by its request) and how many of its steps."""
     whole = f"{len(rng.turns)} turn(s)"
     if rng.partial is None or rng.through is None:
         return whole
+    path = run.path
     steps = sum(
         1
         for i in range(rng.partial.start + 1, rng.through + 1)
-        if path.line.ids[i] in path  # every node of the range counts once
+        if run.graph.nodes[path.line.ids[i]].kind == "assistant"
     )
-    return f"{whole} and the first {steps} step(s) of the turn still in progress"
+    which = (
+        "the latest complete turn"
+        if is_complete(run.graph, path, rng.partial)
+        else "the turn in progress"
+    )
+    asked = user_request_texts(run.graph, path, rng.partial)
+    quoted = f" ({_quote(asked[0])})" if asked else ""
+    return f"{whole} and the first {steps} step(s) of {which}{quoted}"
+
+
+def _quote(text: str, limit: int = 80) -> str:
+    line = " ".join(text.split())
+    return f"“{line if len(line) <= limit else line[: limit - 1] + '…'}”"
 
 
 def prepare(run: Run) -> Steps[bool]:

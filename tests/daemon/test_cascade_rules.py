@@ -59,6 +59,17 @@ def asks(*blocks: dict[str, Any], text: str = "read it") -> dict[str, Any]:
     return {"role": "user", "content": [*blocks, {"type": "text", "text": text}]}
 
 
+def summary_marker(request: dict[str, Any]) -> str:
+    """The text of the rolling summary's marker in a request."""
+    return next(
+        b["text"]
+        for m in request["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "text" and b["text"].startswith("[compactd: summary")
+    )
+
+
 def too_long(reported: int, maximum: int) -> dict[str, Any]:
     return {"status": 400, "message": f"prompt is too long: {reported} tokens > {maximum} maximum"}
 
@@ -215,3 +226,262 @@ async def test_a_result_just_over_the_limit_does_not_grow(
         )
         assert len(sent) <= size, fmt
         assert "edge" in text
+
+
+# ---- the latest complete turn ---------------------------------------------------------------
+
+WHOLE = {  # results whole and no other tier: what Tier 4 chooses is the subject
+    "maxToolResultChars": 10**9,
+    "snipEnabled": False,
+    "collapseEnabled": False,
+    "evidenceEnabled": False,
+}
+
+
+def steps(tag: str, n: int, chars: int) -> list[dict[str, Any]]:
+    """`n` assistant messages of one (non-compactable) call each, every call answered."""
+    out: list[dict[str, Any]] = []
+    for k in range(n):
+        use_id = f"{tag}_{k}"
+        out.append(assistant(f"step {tag}-{k}", tool_use(use_id, "Deploy", target=f"{tag}{k}")))
+        out.append(tool_results((use_id, filler(f"{tag}-{k}", chars))))
+    return out
+
+
+def latest_turn(tag: str, n: int, chars: int) -> list[dict[str, Any]]:
+    return [user(f"Request {tag}: deploy every service"), *steps(tag, n, chars), assistant("done")]
+
+
+async def test_the_latest_complete_turn_stays_whole_when_the_request_fits_with_it(
+    client: CompactdClient,
+) -> None:
+    """Keeping the latest complete turn (half the limit) misses the headroom target, but
+    the request fits with it whole: the summary replaces whole turns only."""
+    sid = "keep-latest"
+    await client.open_session(sid, config=WHOLE)
+    for t in range(4):
+        await client.append(sid, [user(f"old request {t}"), *steps(f"old{t}", 1, 9_500)])
+        await client.append(sid, [assistant(f"old answer {t}")])
+    await client.append(sid, latest_turn("big", 8, 5_600))
+    await client.append(sid, [user("now write the tests")])
+    before = await client.measure(sid, window=32_000, model=MODEL)
+    assert before.total > before.threshold and before.total < before.limit
+    out = await client.render(sid, window=32_000, model=MODEL, cascade=True)
+    check_anthropic_pairing(out.request)
+    (summary,) = [e for e in out.events if e.tier == "summary" and e.applied]
+    records = [r for r in (await client.get(sid))["records"] if r["kind"] == "summary"]
+    assert "through" not in records[0]["data"] and "partialTurn" not in records[0]["data"]
+    shown = all_text(out.request)
+    assert "Request big: deploy every service" in shown
+    for k in range(8):  # every step of the latest complete turn, verbatim
+        assert filler(f"big-{k}", 5_600) in shown
+    assert out.tokens.total <= out.tokens.limit
+    assert "step" not in summary.reason or "latest complete turn" not in summary.reason
+
+
+async def test_a_cut_inside_a_turn_says_which_turn_it_cut(client: CompactdClient) -> None:
+    """Only when the request cannot fit with the latest complete turn whole does the summary
+    cut inside it — and the event names that turn as what it is: complete, not in progress."""
+    sid = "cut-latest"
+    await client.open_session(sid, config=WHOLE)
+    await client.append(sid, [user("old request"), *steps("old", 1, 8_000), assistant("ok")])
+    await client.append(sid, latest_turn("huge", 12, 9_000))
+    await client.append(sid, [user("now write the tests")])
+    out = await client.render(sid, window=32_000, model=MODEL, cascade=True)
+    check_anthropic_pairing(out.request)
+    (summary,) = [e for e in out.events if e.tier == "summary" and e.applied]
+    assert "of the latest complete turn" in summary.reason
+    assert "still in progress" not in summary.reason
+    assert "Request huge" in summary.reason
+    record = next(r for r in (await client.get(sid))["records"] if r["kind"] == "summary")
+    assert summary.details["partialTurn"] == record["data"]["partialTurn"]
+    assert summary.details["partialTurnComplete"] is True
+    assert out.tokens.total <= out.tokens.limit
+
+
+# ---- honest markers -------------------------------------------------------------------------
+
+
+async def test_a_function_started_from_a_message_keeps_its_turn_in_progress(
+    client: CompactdClient,
+) -> None:
+    """The assistant's message hands the work to a sub-agent (`function/start` with `parent`):
+    its turn is not complete, so the two complete turns before it are the ones kept."""
+    sid = "fn-parent"
+    await client.open_session(sid)
+    for t in range(4):
+        await client.append(
+            sid,
+            [user(f"Request {t}: look at part {t}"), assistant(f"ok {t} " + filler(f"a{t}", 2000))],
+        )
+    await client.append(sid, [user("Request 4: survey everything")])
+    head = (await client.append(sid, [assistant("delegating the survey")])).head
+    fid = (await client.function_start(sid, "survey", {"scope": "all"}, parent=head)).function_id
+    await client.append(sid, [user("survey"), assistant("surveying")], function_id=fid)
+    result = await client.compact(sid)
+    assert result.applied
+    record = next(r for r in (await client.get(sid))["records"] if r["kind"] == "summary")
+    nodes = (await client.get(sid))["nodes"]
+    starts = [n["id"] for n in nodes if n["kind"] == "user"]
+    assert record["data"]["turns"] == starts[:2]  # Requests 2 and 3 stay, and the active one
+    shown = all_text((await client.render(sid)).request)
+    assert "Request 2: look at part 2" in shown and "ok 3" in shown
+
+
+async def test_media_the_window_cannot_hold_are_not_said_to_be_kept(
+    client: CompactdClient,
+) -> None:
+    sid = "media-dropped"
+    await client.open_session(sid)
+    shots = [image_block(png(1092, 1092)) for _ in range(8)]  # ~1,590 tokens each
+    await client.append(sid, [asks(*shots, text="compare these screens"), assistant("compared")])
+    for t in range(3):
+        await client.append(
+            sid, [user(f"next {t}"), assistant(f"done {t} " + filler(f"d{t}", 800))]
+        )
+    result = await client.compact(sid, window=16_000, model=MODEL)
+    assert result.applied
+    (record,) = [r for r in (await client.get(sid))["records"] if r["kind"] == "summary"]
+    assert record["data"]["mediaDropped"] is True
+    request = (await client.render(sid, window=16_000, model=MODEL)).request
+    marker = summary_marker(request)
+    assert "cannot hold" in marker and "kept in the request" not in all_text(request)
+    assert "compare these screens" in marker and "image #8" in marker
+
+
+# ---- bounds ---------------------------------------------------------------------------------
+
+
+async def test_the_last_assistant_text_a_marker_keeps_is_bounded_and_recallable(
+    client: CompactdClient,
+) -> None:
+    """A text-heavy turn: the assistant's last message before the cut is 40,000 characters.
+    The marker keeps its beginning and end, says what was cut and names the handle that
+    returns it whole."""
+    sid = "bound-last"
+    await client.open_session(sid, config={"recall": True})
+    essay = "".join(f"paragraph {i}: the design keeps every message.\n" for i in range(900))
+    assert len(essay) > 40_000
+    await client.append(sid, [user("Request 0: look"), assistant("looked")])
+    await client.append(sid, [user("Request 1: explain the design"), assistant(essay)])
+    for t in range(2, 4):  # the two turns kept: the essay is the summary's last assistant text
+        await client.append(sid, [user(f"Request {t}: go on"), assistant(f"went on {t}")])
+    assert (await client.compact(sid)).applied
+    request = (await client.render(sid)).request
+    marker = summary_marker(request)
+    whole = all_text(request)
+    assert essay not in whole
+    assert "paragraph 0: the design" in whole and "paragraph 899: the design" in whole
+    assert len(whole) < 12_000
+    note = re.search(r"truncated by compactd; compactd_recall with handle (recall:\S+)", whole)
+    assert note is not None, marker
+    recalled = await client.recall(sid, note.group(1), 1, 5_000)
+    pages = [recalled.text]
+    while recalled.truncated:
+        recalled = await client.recall(sid, note.group(1), recalled.end_line + 1, 5_000)
+        pages.append(recalled.text)
+    assert "\n".join(pages) == essay.rstrip("\n")
+
+
+# ---- recall ---------------------------------------------------------------------------------
+
+
+async def recall_all(client: CompactdClient, sid: str, handle: str) -> str:
+    got = await client.recall(sid, handle)
+    pages = [got.text]
+    while got.truncated:
+        got = await client.recall(sid, handle, got.end_line + 1)
+        pages.append(got.text)
+    return "\n".join(pages)
+
+
+async def test_recall_returns_the_words_of_snipped_and_summarized_turns(
+    client: CompactdClient,
+) -> None:
+    """Every user and assistant text of a removed turn comes back through a handle its
+    marker names (snip and summary both)."""
+    for how in ("snip", "summary"):
+        sid = f"recall-words-{how}"
+        await client.open_session(sid, config={"recall": True})
+        said = []
+        for t in range(6):
+            ask, answer = f"{how} question {t}: why X{t}?", f"{how} answer {t}: because Y{t}."
+            said += [ask, answer]
+            await client.append(
+                sid,
+                [
+                    user(ask),
+                    assistant("checking", tool_use(f"{how}{t}", "Deploy", target=f"s{t}")),
+                    tool_results((f"{how}{t}", filler(f"{how}-{t}", 1500))),
+                    assistant(answer),
+                ],
+            )
+        if how == "snip":
+            before = await client.measure(sid)
+            assert (await client.snip(sid, target_tokens=before.total // 2)).applied
+        else:
+            assert (await client.compact(sid)).applied
+        request = (await client.render(sid)).request
+        text = all_text({"messages": request["messages"]})
+        gone = [s for s in said if s not in text]
+        assert gone, how
+        recalled = ""
+        for handle in sorted(set(HANDLE.findall(text))):
+            recalled += await recall_all(client, sid, handle) + "\n"
+        for words in gone:
+            assert words in recalled, (how, words)
+
+
+async def test_recall_returns_the_input_tier_1_shortened(client: CompactdClient) -> None:
+    sid = "recall-input"
+    config = {"recall": True, "microcompactMode": "time", "cascadeTarget": 0.85}
+    await client.open_session(sid, config=config)
+    body = "".join(f"line {i} of the file written\n" for i in range(300))
+    await client.append(
+        sid,
+        [
+            user("write the file"),
+            assistant("writing", tool_use("w0", "Write", file_path="big.py", content=body)),
+            tool_results(("w0", "written")),
+            assistant("wrote it"),
+        ],
+    )
+    await client.append(sid, tool_turns("later", 8, 2000))
+    full = (await client.measure(sid)).total
+    out = await client.render(sid, cascade=True, window=full + 600, max_output_tokens=500)
+    assert any(e.tier == "microcompact" and e.applied for e in out.events)
+    (write,) = [
+        b
+        for m in out.request["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_use" and b["id"] == "w0"
+    ]
+    note = write["input"]["content"]
+    assert body not in note and "cleared by compactd" in note
+    (handle,) = HANDLE.findall(note)
+    assert body.rstrip("\n") in await recall_all(client, sid, handle)
+
+
+async def test_a_cut_notes_handle_recalls_from_the_first_omitted_line(
+    client: CompactdClient,
+) -> None:
+    sid = "recall-cut-start"
+    await client.open_session(sid, config={"recall": True})
+    original = "".join(f"row {i}: value {i * 3}\n" for i in range(1, 601))
+    await client.append(
+        sid,
+        [
+            user("read it"),
+            assistant("reading", tool_use("c0", "Read", file_path="rows.txt")),
+            tool_results(("c0", original)),
+            assistant("read"),
+        ],
+    )
+    request = (await client.render(sid)).request
+    (content,) = results_of(request)
+    first = int(re.search(r"lines (\d+)–(\d+) of (\d+) omitted", content).group(1))  # type: ignore[union-attr]
+    (handle,) = HANDLE.findall(content)
+    got = await client.recall(sid, handle)
+    assert got.start_line == first
+    assert got.text.startswith(original.split("\n")[first - 1])

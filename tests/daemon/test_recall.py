@@ -110,9 +110,10 @@ async def test_a_cut_result_names_a_handle_that_returns_the_cut_lines(
     recalled = await read_all(client, sid, handle, first, last)
     assert recalled == lines_of(original, first, last)  # … and comes back, every line
     assert "big line 250: def f250(x)" in recalled
-    whole = await client.recall(sid, handle)  # no lines: from the first, one page
-    assert whole.start_line == 1 and whole.total_lines == 500 and whole.truncated is True
-    assert original.startswith(whole.text)
+    # no lines: from the first line the cut left out (the model has those before it), a page
+    whole = await client.recall(sid, handle)
+    assert whole.start_line == first and whole.total_lines == 500 and whole.truncated is True
+    assert whole.text.startswith(lines_of(original, first, first))
     # the same handle on every render (the cached prefix stays byte-stable)
     again = await client.render(sid, recall=True)
     assert again.request == rendered.request
@@ -174,8 +175,8 @@ async def test_snipped_turns_name_their_results(client: CompactdClient) -> None:
     snipped = await client.snip(sid, target_tokens=before.total // 2)
     assert snipped.applied is True
     text = said((await client.render(sid)).request)
-    handles = HANDLE.findall(text[text.index("removed here") :])
-    assert len(handles) == snipped.removed_turns
+    transcript, *handles = HANDLE.findall(text[text.index("removed here") :])
+    assert ".from." in transcript and len(handles) == snipped.removed_turns
     assert "Deploy src/sn_1.py" in text and filler("sn-1", 1500)[:100] not in text
     got = await client.recall(sid, handles[0])
     assert got.text == filler("sn-1", 1500).rstrip("\n")
@@ -190,7 +191,7 @@ async def test_a_summarized_range_names_its_results(client: CompactdClient) -> N
     check_anthropic_pairing(request)
     text = said(request)
     assert filler("su-0", 1500)[:200] not in text
-    start = text.index("[compactd_recall returns the tool results of these turns by handle]")
+    start = text.index("returns the messages of these turns verbatim, from the first on")
     handles = HANDLE.findall(text[start:])
     assert handles
     got = await client.recall(sid, handles[0])

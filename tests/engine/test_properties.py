@@ -452,10 +452,7 @@ def latest_complete(g: Graph, turns: list[Turn], path_length: int, ids: list[str
     running in one protects it by itself): the latest complete turn only moves forward."""
     for turn in reversed(turns):
         nodes = [g.nodes[i] for i in ids[turn.start : turn.end]]
-        if turn.end < path_length or any(
-            n.kind == "assistant" and not any(g.nodes[c].kind == "tool" for c in n.calls)
-            for n in nodes
-        ):
+        if turn.end < path_length or any(n.kind == "assistant" and not n.calls for n in nodes):
             return turn
     return None
 
