@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..context.engine import Engine, RenderParams
-from ..context.errors import InvalidContent, ProviderFailure
+from ..context.errors import InvalidContent
 from ..context.policy import policy_from_config
 from ..context.render.request import Rendered
 from ..context.replay import ReplayOptions, replay
@@ -26,6 +26,7 @@ from ..context.summarizer.driver import drive_async
 from ..context.summarizer.types import Answer, Steps, SummaryFailure, SummaryNeeded
 from ..context.tiers.base import Outcome, TierEvent
 from ..context.tiers.reactive import Overflow, parse_overflow
+from ..context.tiers.rolling_summary import TIER
 from ..protocol.types import CompactResult, ProviderError, ReplayParams
 from .app import App, settle
 
@@ -59,13 +60,17 @@ async def drive(
         return await drive_async(steps, answer)
 
 
-async def cascade(app: App, session_id: str, steps: Steps[Outcome], token: str | None) -> Outcome:
-    """One cascade, under the session's lock; every change it made is notified."""
+async def cascade(
+    app: App, session_id: str, steps: Steps[Outcome], token: str | None, *, manual: bool = False
+) -> Outcome:
+    """One cascade, under the session's lock. Every change it made is notified, and every
+    compaction that did nothing after all (a summary that failed or gained nothing; with
+    `manual`, the /compact's summary whatever it did), with `applied: false`."""
     provider = app.engine.provider_for(app.engine.session(session_id))
     async with app.registry.lock(session_id):
         outcome = await drive(app, session_id, steps, provider=provider, token=token)
     for event in outcome.events:
-        if event.applied:
+        if event.applied or event.details.get("attempted") or (manual and event.tier == TIER):
             app.notify_compacted(session_id, event)
     if outcome.record_ids:
         settle()  # what the compaction left is long-lived: out of the collector's full passes
@@ -119,14 +124,13 @@ async def render_with_cascade(
 async def compact(
     app: App, session_id: str, params: RenderParams, instructions: str | None, token: str | None
 ) -> CompactResult:
-    """`/compact`: Tier 4 now. A failure or no gain is a result (applied=false) with the
-    reason, not an error; nothing is written then."""
+    """`/compact`: Tier 4 now. A provider failure, no gain or nothing to summarize is a result
+    (`applied: false`, both token counts, the reason, and for a failure its kind), not an
+    error; nothing is written then. A cancellation is still an error (−32800)."""
     steps = app.engine.cascade(session_id, params, manual=True, instructions=instructions)
-    outcome = await cascade(app, session_id, steps, token)
-    summary = next((e for e in outcome.events if e.tier == "summary"), None)
+    outcome = await cascade(app, session_id, steps, token, manual=True)
+    summary = next((e for e in outcome.events if e.tier == TIER), None)
     applied = bool(summary and summary.applied)
-    if summary is not None and not applied and summary.details.get("failed"):
-        raise ProviderFailure(summary.reason, tier="summary")
     return CompactResult(
         applied=applied,
         tokens_before=outcome.tokens_before,
@@ -134,6 +138,7 @@ async def compact(
         reason=summary.reason if summary else "nothing to summarize",
         provider=app.engine.provider_for(app.engine.session(session_id)),
         covered_turns=summary.details.get("coveredTurns", 0) if applied and summary else 0,
+        failure=summary.details.get("failure") if summary else None,
     )
 
 

@@ -1,8 +1,9 @@
 """The summarizer's input: a range of whole turns, as the request rendered them.
 
 The input starts at the range's first message and holds the prior summary that applies to
-this branch, every original user request (also of snipped turns) and every visible tool
-result as rendered; `Range.covers` and the input describe the same range (the spec's
+this branch with every user request it replaced (verbatim: a chain of summaries must not
+leave the user's words to a paraphrase), every original user request (also of snipped turns)
+and every visible tool result as rendered; `Range.covers` and the input describe the same range (the spec's
 rolling-summary constraints). A line longer than one chunk of the smallest size is split, so
 chunked generation can always make progress.
 """
@@ -118,10 +119,15 @@ def build_input(
     inside = proj.summary_through[0] if proj.summary_through else None
     if proj.summary is not None and (bool(starts & proj.summary_turns) or inside in starts):
         prior_text = proj.summary.data.get("text", "")
-        requests.extend(proj.summary.data.get("userRequests", []))
+        earlier = list(proj.summary.data.get("userRequests", []))
+        requests.extend(earlier)
         media.extend(proj.summary.data.get("media") or [])
         lines.append(f"<previous_checkpoint>\n{prior_text}\n</previous_checkpoint>")
         items.append({"type": "summary", "text": prior_text})
+        # the user's own words of what the prior summary replaced, not only its paraphrase
+        for text in earlier:
+            lines.append(f"USER (an earlier request, verbatim): {text}")
+            items.append({"type": "user", "text": text, "earlier": True})
     by_turn: dict[int, list[Any]] = {}
     for msg in conv.messages:
         if msg.turn >= 0:

@@ -194,7 +194,8 @@ class Run:
         return True
 
     def note(self, tier: str, reason: str, **details: Any) -> None:
-        """A tier that looked and did nothing says why."""
+        """A tier that looked and did nothing says why (`attempted=True`: it asked a provider
+        and got nothing it could use — a compaction that did nothing, which is notified)."""
         self.events.append(TierEvent(tier, reason, False, self.total, self.total, [], details))
 
     def _layout(self) -> tuple[Any, ...]:

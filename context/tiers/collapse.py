@@ -78,7 +78,13 @@ def apply(run: Run) -> Steps[None]:
                 limits=Limits.of(policy, run.engine.clock),  # the time bound, per segment
             )
         except SummaryFailure as failed:
-            run.note(TIER, f"{failed.message}; nothing was written", failed=True)
+            run.note(
+                TIER,
+                f"{failed.message}; nothing was written",
+                failed=True,
+                failure=failed.kind,
+                attempted=True,
+            )
             return
         before = run.total
         run.propose(
@@ -107,7 +113,7 @@ def apply(run: Run) -> Steps[None]:
         )
         if run.total >= before:
             run.retract()
-            run.note(TIER, "no gain from a segment summary; nothing was written")
+            run.note(TIER, "no gain from a segment summary; nothing was written", attempted=True)
             return
 
 

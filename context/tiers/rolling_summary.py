@@ -181,9 +181,11 @@ def size_asked(run: Run) -> tuple[int, int]:
     return min(run.policy.summary_min_tokens, cap), cap
 
 
-PreparedKey = tuple[str, str | None, str]
-"""What a prepared summary is reused for: the range's input hash, the model, the
-instructions ("" without)."""
+PreparedKey = tuple[str, str | None, str, str | None, int]
+"""What a prepared summary is reused for: the range's input hash, the summary model, the
+instructions ("" without), and the request it was written for — its model and its limit (the
+spec's "identical source prefix and model": the checkpoint's size and what it may leave out
+follow the request's budget)."""
 
 
 @attrs.frozen
@@ -197,10 +199,17 @@ class Checkpoint:
 
 
 def range_key(run: Run, rng: Range, instructions: str | None) -> PreparedKey:
-    """The key of `rng`'s checkpoint: the hash of its input before evidence, the model and the
-    instructions — a summary made for another of the three is not this one."""
+    """The key of `rng`'s checkpoint: the hash of its input before evidence, the summary
+    model, the instructions, the request's model and its limit — a summary made for another
+    of these is not this one."""
     inp = run.summary_input(rng)
-    return inp.digest, run.policy.summary_model or None, instructions or ""
+    return (
+        inp.digest,
+        run.policy.summary_model or None,
+        instructions or "",
+        run.spec.model,
+        run.limit,
+    )
 
 
 def evidence_sources(run: Run, rng: Range) -> list[EvidenceSource]:
@@ -505,7 +514,13 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
             )
             usage = checkpoint.usage
     except SummaryFailure as failed:
-        run.note(TIER, f"{failed.message}; nothing was written", failed=True)
+        run.note(
+            TIER,
+            f"{failed.message}; nothing was written",
+            failed=True,
+            failure=failed.kind,
+            attempted=True,
+        )
         return
     text = checkpoint.text
     data: dict[str, Any] = {
@@ -576,6 +591,7 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
             TIER,
             f"no gain: with the summary the request would need {after:,} tokens, "
             f"not fewer than {before:,}; nothing was written",
+            attempted=True,
         )
 
 
