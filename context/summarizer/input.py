@@ -3,9 +3,9 @@
 The input starts at the range's first message and holds the prior summary that applies to
 this branch with every user request it replaced (verbatim: a chain of summaries must not
 leave the user's words to a paraphrase), every original user request (also of snipped turns)
-and every visible tool result as rendered; `Range.covers` and the input describe the same range (the spec's
-rolling-summary constraints). A line longer than one chunk of the smallest size is split, so
-chunked generation can always make progress.
+and every visible tool result as rendered; `Range.covers` and the input describe the same
+range (the spec's rolling-summary constraints). A line longer than one chunk of the smallest
+size is split, so chunked generation can always make progress.
 """
 
 from __future__ import annotations
