@@ -373,6 +373,12 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--idle-check-seconds", type=float, default=30.0, help="how often idle timers are checked"
     )
     parser.add_argument(
+        "--evict-after-seconds",
+        type=float,
+        default=600.0,
+        help="how long an unused session stays in memory (its idle timer outlives it)",
+    )
+    parser.add_argument(
         "--store",
         default=None,
         help="where sessions live for a fleet of daemons: postgresql://… (default "

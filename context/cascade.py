@@ -80,6 +80,8 @@ def _automatic(run: Run) -> Steps[None]:
             snip.apply(run)
     if microcompact.last_resort_due(run):
         microcompact.last_resort(run)
+    if microcompact.headroom_only(run):  # a forced clear that nothing else needed
+        microcompact.keep_if_paid(run)
 
 
 def _cannot_fit(run: Run) -> CannotFit:

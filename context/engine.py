@@ -549,19 +549,24 @@ class Engine:
 
     # ---- idle ---------------------------------------------------------------------------------
 
-    def idle_due(self, session: Session, now: float | None = None) -> float | None:
-        """Seconds idle if the idle work is due and not yet done for this idle period."""
+    def idle_at(self, session: Session) -> float | None:
+        """When the idle work of this idle period falls due (the engine's clock); None when it
+        is done for this period already."""
         g = session.graph
-        now = self.clock() if now is None else now
-        idle = now - g.last_activity
-        if idle < self.policy(session).idle_seconds:
-            return None
         for rec in reversed(g.records):
             if rec.kind == IDLE:
                 if rec.data.get("activity") == g.last_activity:
                     return None
                 break
-        return idle
+        return g.last_activity + self.policy(session).idle_seconds
+
+    def idle_due(self, session: Session, now: float | None = None) -> float | None:
+        """Seconds idle if the idle work is due and not yet done for this idle period."""
+        at = self.idle_at(session)
+        now = self.clock() if now is None else now
+        if at is None or now < at:
+            return None
+        return now - session.graph.last_activity
 
     def run_idle(self, session: Session) -> IdleOutcome:
         """The idle work: the provider's cache has expired, so clear old results client-side

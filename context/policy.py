@@ -115,6 +115,8 @@ class Policy:
     # count-triggered clears while the cache is warm and under threshold: "defer" | "apply"
     microcompact_warm: str = "economic"  # "economic" | "defer" | "apply"
     microcompact_horizon: int = 25  # requests expected to follow, for "economic"
+    # a deferred count-triggered clear fires at the latest this many calls past its due point
+    microcompact_defer_calls: int = 25
     # over threshold, clear old results even when the count trigger is not due (a forced change)
     microcompact_when_over: bool = True
     microcompact_min_gain: float = 0.02  # …but only for at least this share of the limit

@@ -52,6 +52,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         store_url=args.store or env.get("COMPACTD_STORE") or None,
         idle_seconds=idle,
         idle_check_seconds=args.idle_check_seconds,
+        evict_after_seconds=args.evict_after_seconds,
         watch=not args.no_watch,
         summary_provider=provider,
         summary_model=args.summary_model or env.get("COMPACTD_SUMMARY_MODEL") or None,

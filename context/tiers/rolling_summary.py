@@ -410,11 +410,13 @@ def _last_assistant_text(graph: Graph, path: Path, rng: Range) -> str | None:
 def choose_range(run: Run) -> Range | None:
     """The range Tier 4 replaces, the least that brings the request to the run's target:
     before the latest `summaryKeepTurns` complete turns; else before the latest complete turn
-    (the spec's "retain the latest turn"). Only when the request cannot fit (its limit) with
-    that turn whole — neither as it is nor with whole turns summarized — does the range end
-    inside a turn — the latest complete one, then the
-    active one (a long turn of tool calls): the spec's rule gives way to what must be sent,
-    never to the headroom target. With nothing to summarize, short history is left alone."""
+    (the spec's "retain the latest turn"); else inside a turn — the latest complete one, then
+    the active one (a long turn of tool calls). A range that takes the latest complete turn
+    (in part, or whole before a cut in the active turn) is chosen only when the request
+    cannot fit (its limit) otherwise — neither as it is nor with whole turns summarized: the
+    spec's rule gives way to what must be sent, never to the headroom target. A cut in an
+    active turn that leaves no complete turn behind it to keep may aim at the target. With
+    nothing to summarize, short history is left alone."""
     policy, proj, graph, path = run.policy, run.rendered.projection, run.graph, run.path
     costs = Costs.of(run)
     marker = MarkerBound(run)
@@ -427,17 +429,20 @@ def choose_range(run: Run) -> Range | None:
         wider = select_replaceable_range(graph, path, proj, 1)
         if wider is not None and (best is None or len(wider.turns) > len(best.turns)):
             best = wider
-    if min(run.total, after(best)) > run.limit:  # no whole-turn range lets it be sent
-        best = _inside_a_turn(run, costs, after) or best
+    if after(best) > run.target:
+        # taking the latest complete turn only when no whole-turn range lets it be sent
+        cannot_fit = min(run.total, after(best)) > run.limit
+        best = _inside_a_turn(run, costs, after, may_take_latest=cannot_fit) or best
     if best is None or not (best.new_turns or best.partial is not None):
         return None
     return best
 
 
-def _inside_a_turn(run: Run, costs: Costs, after: Any) -> Range | None:
+def _inside_a_turn(run: Run, costs: Costs, after: Any, *, may_take_latest: bool) -> Range | None:
     """The shortest in-turn range that reaches the target, cutting in the latest complete
     turn first (the active turn stays whole), then in the active turn; if none reaches it,
-    the longest one there is."""
+    the longest one there is. Without `may_take_latest`, no range that takes the latest
+    complete turn (the active one itself, once complete) that is still shown."""
     graph, path, proj = run.graph, run.path, run.rendered.projection
     turns = turns_of(path)
     if not turns:
@@ -446,6 +451,13 @@ def _inside_a_turn(run: Run, costs: Costs, after: Any) -> Range | None:
     latest = next(
         (t for t in reversed(turns) if is_complete(graph, path, t) and t is not active), None
     )
+    kept = next((t for t in reversed(turns) if is_complete(graph, path, t)), None)
+    if kept is not None and kept.start_id in proj.summary_turns:
+        kept = None  # replaced already: nothing of it is left to keep
+    if not may_take_latest:
+        if kept is not None:
+            return None  # every in-turn range takes it (a cut in it, or it whole before one)
+        latest = None
     done = -1  # the path index an earlier in-turn summary replaced through
     if proj.summary_through is not None and proj.summary_through[1] in path:
         done = path.index(proj.summary_through[1])

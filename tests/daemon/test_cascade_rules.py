@@ -448,7 +448,7 @@ async def test_recall_returns_the_input_tier_1_shortened(client: CompactdClient)
     )
     await client.append(sid, tool_turns("later", 8, 2000))
     full = (await client.measure(sid)).total
-    out = await client.render(sid, cascade=True, window=full + 600, max_output_tokens=500)
+    out = await client.render(sid, cascade=True, window=full + 300, max_output_tokens=500)
     assert any(e.tier == "microcompact" and e.applied for e in out.events)
     (write,) = [
         b
@@ -485,3 +485,38 @@ async def test_a_cut_notes_handle_recalls_from_the_first_omitted_line(
     got = await client.recall(sid, handle)
     assert got.start_line == first
     assert got.text.startswith(original.split("\n")[first - 1])
+
+
+# ---- the count trigger ----------------------------------------------------------------------
+
+
+async def test_a_deferred_count_trigger_fires_within_its_bound(client: CompactdClient) -> None:
+    """Short old results, much after them: under the `economic` rule a warm clear never pays,
+    so the count trigger is deferred — and says until when; at that many calls it fires."""
+    sid = "count-bound"
+    await client.open_session(sid)
+    await client.append(sid, [user("read every module")])
+    fired_at = None
+    notes: list[str] = []
+    for k in range(120):
+        use_id = f"cb{k}"
+        await client.append(
+            sid,
+            [
+                assistant(f"reading m{k} " + "and thinking about it " * 20, tool_use(use_id)),
+                tool_results((use_id, f"m{k}: " + "x" * 150)),
+            ],
+        )
+        out = await client.render(sid, cascade=True)
+        for event in out.events:
+            if event.tier != "microcompact":
+                continue
+            if event.applied and event.details.get("trigger") == "count":
+                fired_at = event.details["calls"]
+            elif "deferred" in event.reason:
+                notes.append(event.reason)
+        if fired_at is not None:
+            break
+    assert notes, "the clear never had to wait: the scenario does not test the bound"
+    (when,) = {int(re.search(r"fires at (\d+) tool calls", n).group(1)) for n in notes}  # type: ignore[union-attr]
+    assert fired_at is not None and fired_at == when <= 50 + 25

@@ -156,14 +156,15 @@ async def test_a_result_cleared_by_tier_1_comes_back(client: CompactdClient) -> 
     await client.open_session(sid, config=config)
     await client.append(sid, tool_turns("cl", 8, 2000))
     full = (await client.measure(sid)).total
-    rendered = await client.render(sid, cascade=True, window=full + 600, max_output_tokens=500)
+    # over its limit: the clear is forced (one that only bought headroom would have to pay)
+    rendered = await client.render(sid, cascade=True, window=full + 300, max_output_tokens=500)
     assert [e.tier for e in rendered.events if e.applied] == ["microcompact"]
     cleared = [c for c in results_of(rendered.request) if "cleared by compactd" in c]
     assert len(cleared) == 3 and CLEARED_PLACEHOLDER not in said(rendered.request)
     (handle,) = HANDLE.findall(cleared[0])
     got = await client.recall(sid, handle)
     assert got.text == filler("cl-0", 2000).rstrip("\n") and got.truncated is False
-    openai = await client.render(sid, format="openai", window=full + 600, max_output_tokens=500)
+    openai = await client.render(sid, format="openai", window=full + 300, max_output_tokens=500)
     assert handle in said(openai.request)
 
 
