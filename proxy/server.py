@@ -11,6 +11,7 @@ A prompt-too-long answer runs Tier 5 and retries once before the client sees any
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 from collections.abc import AsyncIterator, Callable
@@ -20,6 +21,7 @@ import aiohttp
 import attrs
 import orjson
 from aiohttp import web
+from yarl import URL
 
 from ..context.budget import make_budget, model_spec
 from ..context.decompose import Spec, from_anthropic
@@ -59,6 +61,8 @@ HOP_BY_HOP = frozenset(
 )
 MAX_FOLLOW_UPS = 3
 """Recall rounds one client request may take (the model asking again and again is a loop)."""
+FRESH_SECONDS = 30.0
+"""An upstream that answered this recently is not probed before a request is kept."""
 
 
 @attrs.frozen
@@ -91,6 +95,7 @@ class Proxy:
         self._branch: dict[str, str] = {}  # session -> the branch its latest request used
         self._recalled: dict[tuple[str, str], list[dict[str, Any]]] = {}  # notes to add
         self._http: aiohttp.ClientSession | None = None
+        self._answered_at: dict[str, float] = {}  # upstream -> when it last answered
         self.counts = {"requests": 0, "upstream_errors": 0, "overflow_retries": 0}
 
     # ---- the application ------------------------------------------------------------------
@@ -173,6 +178,7 @@ class Proxy:
         body = await _json_body(request)
         req = api.read_messages_request(body)
         self.counts["requests"] += 1
+        await self.reachable(self.settings.anthropic_upstream)
         placed = await self._place(
             api.session_key(request.headers, body), req.messages, request, req.model
         )
@@ -254,6 +260,33 @@ class Proxy:
     async def responses(self, request: web.Request) -> web.StreamResponse:
         return await oai.responses(self, request)
 
+    async def reachable(self, base: str) -> None:
+        """Refuse (502) before anything is kept when the upstream cannot be reached: a request
+        that goes nowhere must leave its session as it was. An upstream that answered in the
+        last `FRESH_SECONDS` is taken as up; otherwise one TCP connect tells."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._answered_at.get(base, -FRESH_SECONDS) < FRESH_SECONDS:
+            return
+        url = URL(base)
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            _reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(url.host, port), timeout=10
+            )
+        except (OSError, TimeoutError) as exc:
+            reason = getattr(exc, "strerror", None) or type(exc).__name__
+            raise api.ApiError(
+                502,
+                "api_error",
+                f"compactd's proxy could not reach the upstream at {base}: {reason}",
+            ) from None
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+    def answered(self, base: str) -> None:
+        self._answered_at[base] = asyncio.get_running_loop().time()
+
     # ---- sessions ---------------------------------------------------------------------------
 
     async def _place(
@@ -265,6 +298,7 @@ class Proxy:
         *,
         decompose: Callable[[Any], list[Spec]] = from_anthropic,
         config: dict[str, Any] | None = None,
+        api: str = "anthropic",
     ) -> Placed | None:
         """Put the request's history into its session: the new tail appended to the branch it
         extends, or to a branch forked where the client's history leaves the session's."""
@@ -273,7 +307,12 @@ class Proxy:
             specs = sorted_specs(decompose(messages))
         except InvalidContent as exc:
             raise api.invalid(str(exc)) from None
-        self.credentials[sid] = Credentials(_relayed(request.headers), model)
+        upstream = (
+            self.settings.anthropic_upstream
+            if api == "anthropic"
+            else self.settings.openai_upstream
+        )
+        self.credentials[sid] = Credentials(_relayed(request.headers), model, api, upstream)
         async with self.app.registry.lock(sid):
             if not self.engine.library.exists(sid) and sid not in self.engine.sessions:
                 self.engine.open(sid, config, {"source": "proxy", "client": _agent(request)})
@@ -344,19 +383,9 @@ class Proxy:
     ) -> Rendered:
         self.app.last_params[placed.session_id] = params
         reported = overflow or self.engine.take_overflow(placed.session_id)
-        rendered, events = await render_with_cascade(
+        rendered, _events = await render_with_cascade(  # each applied one is logged
             self.app, placed.session_id, params, None, reported, None
         )
-        for event in events:
-            if event.applied:
-                log.info(
-                    "session %s: %s (%s → %s tokens): %s",
-                    placed.session_id,
-                    event.tier,
-                    event.tokens_before,
-                    event.tokens_after,
-                    event.reason,
-                )
         return rendered
 
     async def report(
@@ -504,6 +533,14 @@ class Proxy:
         ]
         return {**body, "messages": messages}
 
+    def _answers(self, placed: Placed, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        log.info(
+            "session %s: answered %d compactd_recall call(s) inside the proxy",
+            placed.session_id,
+            len(calls),
+        )
+        return [answer(self.engine, placed.session_id, placed.branch, c) for c in calls]
+
     def _keep_mixed(self, placed: Placed, relay: Relay) -> None:
         calls = relay.mixed_recall_calls()
         if calls:
@@ -555,7 +592,7 @@ class Proxy:
         if body is not None:
             headers["content-type"] = "application/json"
             data = orjson.dumps(body)
-        return _Upstream(self.http, method, url, headers, data)
+        return _Upstream(self.http, method, url, headers, data, lambda: self.answered(base))
 
     async def _plain(self, request: web.Request, body: Any) -> web.StreamResponse:
         """A request the proxy could not manage, sent on unchanged and relayed as it comes."""
@@ -586,13 +623,17 @@ class _Upstream:
         url: str,
         headers: dict[str, str],
         data: bytes | None,
+        on_answer: Callable[[], None],
     ) -> None:
         self._cm = http.request(method, url, headers=headers, data=data)
         self._url = url.split("?", 1)[0]
+        self._on_answer = on_answer
 
     async def __aenter__(self) -> aiohttp.ClientResponse:
         try:
-            return await self._cm.__aenter__()
+            response = await self._cm.__aenter__()
+            self._on_answer()
+            return response
         except aiohttp.ClientConnectorError as exc:
             raise api.ApiError(
                 502,

@@ -21,9 +21,42 @@ from typing import Any
 
 STEP_ID = re.compile(r"^toolu_(?P<run>[0-9a-f]{8})_(?P<step>\d{4})$")
 AGENT_SUMMARY_MARKERS = (
-    "create a detailed summary of the conversation",
-    "Your task is to create a detailed summary",
+    "create a detailed summary of the conversation",  # Claude Code's compaction prompt
+    "CONTEXT CHECKPOINT COMPACTION",  # Codex's
 )
+PROGRESS = re.compile(r"\[progress run=(?P<run>[0-9a-f]{8}) step=(?P<step>\d{4})\]")
+"""What the scripted model writes into a summary, so that after an agent compacts its own
+history the model carries on where it was, as a real one would from the summary."""
+
+
+def progress_tag(run: str, step: int) -> str:
+    return f"[progress run={run} step={step:04d}]"
+
+
+def resume_point(last_answered: tuple[str, int] | None, prompt: str, steps: int) -> tuple[str, int]:
+    """The step a request asks for: one past the step its last message answers; else, when
+    the last message is an agent's summary of its own compacted history, one past the
+    progress it records (while that run is not done); else step 0 of a new run named by the
+    prompt's hash."""
+    if last_answered is not None:
+        return last_answered[0], last_answered[1] + 1
+    found = list(PROGRESS.finditer(prompt))
+    if found:
+        run, step = found[-1]["run"], int(found[-1]["step"])
+        if step + 1 < steps:
+            return run, step + 1
+    return hashlib.sha256(prompt.encode()).hexdigest()[:8], 0
+
+
+def progress_of(texts: list[str], answered: list[tuple[str, int]]) -> tuple[str, int] | None:
+    """The latest step a request shows: its last tool result's, else the last summary tag."""
+    if answered:
+        return answered[-1]
+    for text in reversed(texts):
+        found = list(PROGRESS.finditer(text))
+        if found:
+            return found[-1]["run"], int(found[-1]["step"])
+    return None
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:
@@ -47,21 +80,34 @@ def is_agent_summary(body: dict[str, Any]) -> bool:
     return any(marker.lower() in text.lower() for marker in AGENT_SUMMARY_MARKERS)
 
 
-def next_step(body: dict[str, Any]) -> tuple[str, int]:
-    """(run id, step index) the request asks for: one past the step its last message answers,
-    or step 0 of a new run named by the prompt's hash."""
+def _answered(message: dict[str, Any]) -> list[tuple[str, int]]:
+    out = []
+    for block in _blocks(message.get("content")):
+        if block.get("type") == "tool_result":
+            match = STEP_ID.match(str(block.get("tool_use_id", "")))
+            if match:
+                out.append((match["run"], int(match["step"])))
+    return out
+
+
+def _texts(body: dict[str, Any]) -> list[str]:
+    return [
+        b.get("text", "")
+        for m in body.get("messages") or []
+        for b in _blocks(m.get("content"))
+        if b.get("type") == "text"
+    ]
+
+
+def next_step(body: dict[str, Any], steps: int) -> tuple[str, int]:
+    """(run id, step index) the request asks for (see `resume_point`)."""
     messages = body.get("messages") or []
     last = messages[-1] if messages else {}
-    if last.get("role") == "user":
-        for block in _blocks(last.get("content")):
-            if block.get("type") == "tool_result":
-                match = STEP_ID.match(str(block.get("tool_use_id", "")))
-                if match:
-                    return match["run"], int(match["step"]) + 1
+    answered = _answered(last) if last.get("role") == "user" else []
     prompt = " ".join(
         b.get("text", "") for b in _blocks(last.get("content")) if b.get("type") == "text"
     )
-    return hashlib.sha256(prompt.encode()).hexdigest()[:8], 0
+    return resume_point(answered[-1] if answered else None, prompt, steps)
 
 
 def step_command(step: int, lines: int) -> str:
@@ -74,12 +120,15 @@ def agent_content(
 ) -> tuple[list[dict[str, Any]], str]:
     """The content blocks and stop reason of the scripted answer to `body`."""
     if is_agent_summary(body):  # answered as a model would, so the agent's compaction works
+        answered = [a for m in body.get("messages") or [] for a in _answered(m)]
+        point = progress_of(_texts(body), answered)
+        tag = progress_tag(*point) if point else ""
         summary = "<analysis>Scripted.</analysis>\n<summary>The user asked for listings; the "
-        summary += "assistant ran them step by step.</summary>"
+        summary += f"assistant ran them step by step. {tag}</summary>"
         return [{"type": "text", "text": summary}], "end_turn"
     if not offers_bash(body):
         return [{"type": "text", "text": "Scripted answer."}], "end_turn"
-    run, step = next_step(body)
+    run, step = next_step(body, steps)
     thinking = {
         "type": "thinking",
         "thinking": f"Step {step} of run {run}: keep listing.",
