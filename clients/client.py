@@ -304,11 +304,12 @@ class CompactdClient:
         expected_head: Any = UNSET,
     ) -> t.AppendResult:
         """Append messages; `expected_head` (None: an empty thread) guards against other
-        writers moving the thread first."""
+        writers moving the thread first. A message may be the anthropic SDK's reply itself
+        (`Message` / `BetaMessage`): its role and content are appended."""
         params = unstructure(
             t.AppendParams(
                 session_id,
-                messages,
+                None if messages is None else [as_message(msg) for msg in messages],
                 nodes,
                 format,  # type: ignore[arg-type]
                 branch,
@@ -483,6 +484,7 @@ class CompactdClient:
         """The `tool_result` block answering the model's `compactd_recall` call: the recalled
         lines, with a note on how to continue when the page was cut. A bad handle or line is
         the model's mistake, so it comes back as an error result the model can read."""
+        tool_use = plain(tool_use)
         inp = tool_use.get("input") or {}
         try:
             got = await self.recall(
@@ -572,11 +574,53 @@ def wire_params(cls: type[R], args: dict[str, Any]) -> R:
     before anything is sent."""
     names = {a.name for a in attrs.fields(cls)}  # type: ignore[arg-type]
     raw = {
-        camel(k): unstructure(v) if attrs.has(type(v)) else v
+        camel(k): unstructure(v) if attrs.has(type(v)) else plain(v)
         for k, v in args.items()
         if k in names and v is not None
     }
     return structure(raw, cls, cls.__name__)
+
+
+def plain(value: Any) -> Any:
+    """An SDK object (a pydantic model: the anthropic SDK's usage, edits, blocks) as the JSON
+    it stands for, its unset fields left out; dicts and lists are walked, the rest kept."""
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, type):
+        return dump(mode="json", exclude_none=True)
+    return value
+
+
+_DIRECT_CALLER = {"type": "direct"}
+
+
+def as_message(message: Any) -> Any:
+    """A message to append: a dict as given (SDK blocks in it made plain), or a model's reply
+    (the SDK's `Message` / `BetaMessage`, or its JSON) as the assistant message it holds —
+    its role and content only, and without the `caller: {"type": "direct"}` the API adds to
+    each tool_use block (the default, which a request does not echo back)."""
+    data = plain(message)
+    if not isinstance(data, dict) or data.get("type") != "message":
+        return data
+    content = [
+        {k: v for k, v in block.items() if not (k == "caller" and v == _DIRECT_CALLER)}
+        if isinstance(block, dict) and block.get("type") == "tool_use"
+        else block
+        for block in data.get("content") or []
+    ]
+    return {"role": data.get("role", "assistant"), "content": content}
+
+
+def tool_uses(reply: Any) -> list[dict[str, Any]]:
+    """The `tool_use` blocks of a model's reply (an SDK message or a message dict), as dicts:
+    the calls the agent answers (`call["name"]`, `call["input"]`, `call["id"]`)."""
+    content = as_message(reply).get("content") if reply is not None else None
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
 
 
 def recall_text(got: t.RecallResult) -> str:
