@@ -28,8 +28,9 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..protocol.convert import unstructure
-from .client import CompactdClient, RpcError
+from ..protocol.convert import structure, unstructure
+from ..protocol.types import ImportResult
+from .client import AnsweredDespiteCancel, CompactdClient, RpcError
 from .panel import build_panel
 
 Command = Callable[[argparse.Namespace, CompactdClient], Awaitable[int]]
@@ -49,6 +50,11 @@ GLOBAL_DEFAULTS: dict[str, Any] = {
     "color": None,
 }
 SHOWN_WARNINGS = 5
+CANCEL_WAIT_SECONDS = 30.0  # a second Ctrl-C does not wait
+
+
+class Interrupted(Exception):
+    """Ctrl-C stopped the command after the daemon stopped its work; says what is left."""
 
 
 class UsageError(Exception):
@@ -124,8 +130,16 @@ async def daemon_progress(
 
 
 async def cmd_import(ns: argparse.Namespace, client: CompactdClient) -> int:
-    async with daemon_progress(ns, client, f"importing {Path(ns.path).name}") as token:
-        result = await client.import_transcript(ns.path, new=ns.new, work_done_token=token)
+    try:
+        async with daemon_progress(ns, client, f"importing {Path(ns.path).name}") as token:
+            result = await client.import_transcript(ns.path, new=ns.new, work_done_token=token)
+    except AnsweredDespiteCancel as late:  # Ctrl-C came after the daemon had written it
+        done = structure(late.result, ImportResult, "session/import", check_depth=False)
+        for sid in done.session_ids:
+            print(sid)
+        raise Interrupted("the import had already finished; its session(s) are kept") from None
+    except asyncio.CancelledError:
+        raise Interrupted("nothing was imported") from None
     for sid in result.session_ids:
         print(sid)
     if result.existing:
@@ -593,6 +607,9 @@ async def _run_client(ns: argparse.Namespace) -> int:
     client = await CompactdClient.spawn(
         data_dir=ns.data_dir, args=daemon_args(ns), new_process_group=True
     )
+    # Ctrl-C cancels the call in flight; the daemon answers once it has stopped the work
+    # (and written nothing), and only then does the command end
+    client.cancel_wait = CANCEL_WAIT_SECONDS
     if ns.verbose and client.process is not None:
         _err(ns).print(f"compactd: daemon started (pid {client.process.pid})")
     try:
@@ -602,6 +619,12 @@ async def _run_client(ns: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"compactd: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except Interrupted as exc:
+        print(f"compactd: interrupted: {exc}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except asyncio.CancelledError:
+        print("compactd: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except RpcError as exc:
         print(f"compactd: {exc.message}", file=sys.stderr)
         return EXIT_ERROR

@@ -49,7 +49,21 @@ class RpcError(Exception):
         return KIND_BY_CODE.get(self.code)
 
 
+class AnsweredDespiteCancel(asyncio.CancelledError):
+    """A cancelled call the daemon had finished before the cancel reached it (`result`, its
+    raw answer, says what was done). Still a cancellation: raised only with `cancel_wait`."""
+
+    def __init__(self, method: str, result: Any) -> None:
+        super().__init__(f"{method} finished before it was cancelled")
+        self.method = method
+        self.result = result
+
+
 class CompactdClient:
+    cancel_wait: float = 0.0
+    """Seconds a cancelled call waits for the daemon's answer (0: none; the CLI waits, so it
+    exits only once the daemon has stopped the work)."""
+
     def __init__(
         self,
         reader: asyncio.StreamReader,
@@ -220,17 +234,33 @@ class CompactdClient:
 
     async def request(self, method: str, params: Any = None, timeout: float | None = None) -> Any:
         """Send and wait. A timeout or a cancelled task tells the daemon (`$/cancelRequest`),
-        so it stops work nobody will read."""
+        so it stops work nobody will read; with `cancel_wait`, a cancelled call then waits
+        that long for the daemon's answer (it comes once the work has stopped)."""
         msg_id, fut = self.send_request(method, params)
         try:
             return await asyncio.wait_for(asyncio.shield(fut), timeout or self.timeout)
-        except (TimeoutError, asyncio.CancelledError):
-            self._pending.pop(msg_id, None)
+        except TimeoutError:
+            self._give_up(msg_id, fut)
+            raise
+        except asyncio.CancelledError:
             if not fut.done():
-                fut.cancel()
                 with contextlib.suppress(Exception):
                     self.cancel(msg_id)
+                if self.cancel_wait:
+                    await asyncio.wait({fut}, timeout=self.cancel_wait)
+            self._give_up(msg_id, fut, told=True)
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                raise AnsweredDespiteCancel(method, fut.result()) from None
             raise
+
+    def _give_up(self, msg_id: int, fut: asyncio.Future[Any], told: bool = False) -> None:
+        """Stop waiting for an answer (and, unless `told` already, tell the daemon)."""
+        self._pending.pop(msg_id, None)
+        if not fut.done():
+            fut.cancel()
+            if not told:
+                with contextlib.suppress(Exception):
+                    self.cancel(msg_id)
 
     def notify(self, method: str, params: Any = None) -> None:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}

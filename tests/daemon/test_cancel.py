@@ -23,6 +23,7 @@ from .wire import RawDaemon
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 WAIT = 10.0
+TRANSCRIPTS = Path(__file__).resolve().parents[1] / "data/transcripts"
 
 
 @pytest.fixture(scope="module")
@@ -239,3 +240,18 @@ async def test_a_timeout_cancels_the_call_in_the_daemon(
     assert (await progress_of(client, "cx-timeout-token", "end"))["value"]["kind"] == "end"
     release.set()
     assert log_bytes(data_dir, sid) == log_before
+
+
+async def test_an_import_cancelled_at_once_keeps_nothing(client: CompactdClient) -> None:
+    """The cancel arrives in the same read as the request (Ctrl-C right away): it is still
+    answered, cancelled, and nothing of the transcript is kept — a later import is new."""
+    path = str(TRANSCRIPTS / "openhands/multi_swe_bench_output.jsonl")
+    before = {s.session_id for s in (await client.list_sessions()).sessions}
+    msg_id, answer = client.send_request("session/import", {"path": path})
+    client.cancel(msg_id)
+    with pytest.raises(RpcError) as caught:
+        await asyncio.wait_for(answer, WAIT)
+    assert caught.value.code == -32800
+    assert {s.session_id for s in (await client.list_sessions()).sessions} == before
+    again = await client.import_transcript(path)
+    assert len(again.session_ids) == 3 and again.existing == []

@@ -100,3 +100,33 @@ def test_test_data_matches_its_recorded_checksums():
     assert {name for _digest, name in table} == files
     for digest, name in table:
         assert hashlib.sha256((TRANSCRIPTS / name).read_bytes()).hexdigest() == digest, name
+
+
+def test_an_import_stopped_half_way_writes_no_session(tmp_path):
+    """All of a transcript's sessions are written or none: stopped while the third of three
+    is being built, not even the first two are on disk."""
+    from compactd.context.engine import Engine
+    from compactd.context.errors import Stopped
+    from compactd.context.stores import FileStore
+
+    engine = Engine(FileStore(tmp_path))
+    asked = 0
+    ops = sum(
+        len(s.ops)
+        for s in load_transcript(TRANSCRIPTS / "openhands/multi_swe_bench_output.jsonl")[:2]
+    )
+
+    def stopped() -> bool:
+        nonlocal asked
+        asked += 1
+        return asked > ops + 5  # the fifth op of the third session
+
+    with pytest.raises(Stopped):
+        engine.import_sessions(
+            str(TRANSCRIPTS / "openhands/multi_swe_bench_output.jsonl"), stopped=stopped
+        )
+    assert engine.list() == [] and not list(tmp_path.glob("*.jsonl"))
+    sessions, outcome = engine.import_sessions(
+        str(TRANSCRIPTS / "openhands/multi_swe_bench_output.jsonl")
+    )
+    assert len(sessions) == 3 and outcome.existing == []
