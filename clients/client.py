@@ -82,6 +82,7 @@ class CompactdClient:
         self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
         self._tasks: dict[Any, asyncio.Task[Any]] = {}  # daemon requests being answered
         self._closed = False
+        self._gone: ConnectionError | None = None  # why calls fail once the daemon is gone
         self._reader_task = asyncio.ensure_future(self._read_loop())
 
     # ---- starting ----------------------------------------------------------------------------
@@ -158,9 +159,20 @@ class CompactdClient:
         except (asyncio.IncompleteReadError, ConnectionError):
             return
         finally:
+            self._gone = await self._closed_error()
             for fut in self._pending.values():
                 if not fut.done():
-                    fut.set_exception(ConnectionError("the daemon closed the connection"))
+                    fut.set_exception(self._gone)
+
+    async def _closed_error(self) -> ConnectionError:
+        """What a call gets once the daemon is gone: said at once, with its exit code when
+        it is ours (it has exited, or does within a moment of closing its output)."""
+        code = None
+        if self.process is not None:
+            with contextlib.suppress(TimeoutError):
+                code = await asyncio.wait_for(self.process.wait(), 1.0)
+        said = "" if code is None else f" (exit code {code})"
+        return ConnectionError(f"the daemon closed the connection{said}")
 
     def _dispatch(self, msg: dict[str, Any]) -> None:
         if "method" in msg and "id" in msg:  # a request from the daemon
@@ -224,6 +236,10 @@ class CompactdClient:
         """Send without waiting; returns the id (for `cancel`) and the future of the answer."""
         msg_id = next(self._ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self._reader_task.done():  # the daemon is gone: fail now, not at the timeout
+            fut.set_exception(self._gone or ConnectionError("the daemon closed the connection"))
+            fut.exception()  # retrieved here if nobody awaits it: no "never retrieved" noise
+            return msg_id, fut
         self._pending[msg_id] = fut
         payload = unstructure(params) if attrs.has(type(params)) else params
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
