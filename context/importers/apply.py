@@ -18,7 +18,17 @@ from ..decompose import from_anthropic
 from ..errors import InvalidGraph, Stopped
 from ..projection import ABANDON, NOTE
 from ..session import Library, Session
-from .plan import FunctionEnd, FunctionStart, ImportedSession, Messages, ModelCall, Note, Op
+from .compaction import compaction_record
+from .plan import (
+    Compaction,
+    FunctionEnd,
+    FunctionStart,
+    ImportedSession,
+    Messages,
+    ModelCall,
+    Note,
+    Op,
+)
 
 
 def session_meta(imported: ImportedSession, source_digest: str | None = None) -> dict[str, Any]:
@@ -42,13 +52,18 @@ def session_meta(imported: ImportedSession, source_digest: str | None = None) ->
 
 class OpApplier:
     """Applies ops to one session, remembering which function each thread key names. With
-    `sent` (an `ImportedSession.sent`), tool results are what the recorded agent sent."""
+    `sent` (an `ImportedSession.sent`), tool results are what the recorded agent sent. With
+    `compactions`, the agent's recorded compactions become summary records (an import); a
+    replay leaves them out, so what it measures is compactd's own management."""
 
-    def __init__(self, session: Session, sent: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, session: Session, sent: dict[str, Any] | None = None, *, compactions: bool = False
+    ) -> None:
         self.session = session
         self.functions: dict[str, str] = {}
         self.now = session.clock()
         self.sent = sent or {}
+        self.compactions = compactions
 
     def thread(self, key: str | None) -> str | None:
         if key is None:
@@ -77,6 +92,10 @@ class OpApplier:
             s.function_complete(self.thread(op.key) or "", op.output, op.status)
         elif isinstance(op, Note):
             s.add_records([{"kind": NOTE, "covers": [], "data": {"note": op.kind, **op.data}}])
+        elif isinstance(op, Compaction) and self.compactions:
+            record = compaction_record(s.graph, op, self.thread(op.thread))
+            if record is not None:
+                s.add_records([record])
         elif isinstance(op, ModelCall):
             return  # a step boundary, not data
 
@@ -137,7 +156,7 @@ def import_sessions(
 def _apply_all(
     session: Session, imported: ImportedSession, stopped: Callable[[], bool] | None
 ) -> None:
-    applier = OpApplier(session)
+    applier = OpApplier(session, compactions=True)
     real_clock = session.clock
     session.clock = lambda: applier.now
     try:
