@@ -431,7 +431,13 @@ def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPars
     way.add_argument("--to", metavar="URL", help="postgresql://… to copy the data dir into")
     way.add_argument("--from", dest="from_", metavar="URL", help="postgresql://… to copy from")
     out["import"] = p = add("import", "import a transcript; prints the session id(s)")
-    p.add_argument("path", help="a transcript (Claude Code, Codex, OpenHands, SWE-agent)")
+    p.add_argument(
+        "path",
+        help="a transcript: Claude Code, Codex, Gemini CLI, Cline/Roo "
+        "(api_conversation_history.json), aider (.aider.chat.history.md), OpenHands, SWE-agent, "
+        "mini-swe-agent, or your own agent's messages (a JSON array of Anthropic or OpenAI "
+        'messages, {"messages": [...]}, or chat JSONL)',
+    )
     p.add_argument(
         "--new", action="store_true", help="import again even if this file was imported before"
     )

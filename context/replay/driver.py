@@ -403,7 +403,8 @@ def provider_units(recorded: list[_Recorded], model: str | None, options: Replay
 def recorded_units(engine: Engine, imported: ImportedSession, options: ReplayOptions) -> Units:
     """The provider's units fitted on the recorded calls of `imported`, as a replay fits them
     (the sessions it renders for that stay in `engine`'s store)."""
-    return provider_units(_no_management(engine, imported), options.model or imported.model, options)
+    model = options.model or imported.model
+    return provider_units(_no_management(engine, imported), model, options)
 
 
 def replay(

@@ -53,7 +53,7 @@ def test_every_format_loads_from_a_renamed_copy(tmp_path):
         (b"\n\n", "the file is empty"),
         (b'{"hello": "world"}\n', "not a transcript format compactd can import"),
         (b"[1, 2, 3]", "not a transcript format compactd can import"),
-        (b"plain text, not json\n", "not valid JSON or JSONL"),
+        (b"plain text, not json\n", "neither JSON, JSONL nor an aider chat history"),
         (b'{"trajectory": [', "not valid JSON or JSONL"),
     ],
 )
@@ -94,7 +94,7 @@ def test_a_truncated_rollout_is_named_as_such(tmp_path):
 def test_test_data_matches_its_recorded_checksums():
     readme = (TRANSCRIPTS / "README.md").read_text()
     table = re.findall(r"^([0-9a-f]{64})  (\S+)$", readme, flags=re.MULTILINE)
-    assert len(table) == 11
+    assert len(table) == 15
     files = {path.relative_to(TRANSCRIPTS).as_posix() for path in TRANSCRIPTS.rglob("*")}
     files = {name for name in files if (TRANSCRIPTS / name).is_file() and name != "README.md"}
     assert {name for _digest, name in table} == files
