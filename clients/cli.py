@@ -38,9 +38,17 @@ Command = Callable[[argparse.Namespace, CompactdClient], Awaitable[int]]
 EXIT_OK, EXIT_NOT_GOOD, EXIT_ERROR, EXIT_DAEMON, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 PROVIDERS = ("anthropic", "client", "digest")
 # global options that take a value (to find the command word among the arguments)
-VALUE_OPTIONS = ("--data-dir", "--summary-provider", "--summary-model", "--set", "--config")
+VALUE_OPTIONS = (
+    "--data-dir",
+    "--store",
+    "--summary-provider",
+    "--summary-model",
+    "--set",
+    "--config",
+)
 GLOBAL_DEFAULTS: dict[str, Any] = {
     "data_dir": None,
+    "store": None,
     "summary_provider": None,
     "summary_model": None,
     "set": [],
@@ -308,6 +316,13 @@ def _global_options(p: argparse.ArgumentParser, suppress: bool) -> None:
         help="where sessions live (default $COMPACTD_DATA_DIR or the platform's user data dir)",
     )
     p.add_argument(
+        "--store",
+        default=default,
+        metavar="URL",
+        help="where sessions live for a fleet of daemons: postgresql://… (default "
+        "$COMPACTD_STORE, else the files in the data dir)",
+    )
+    p.add_argument(
         "--summary-provider",
         choices=PROVIDERS,
         default=default,
@@ -387,12 +402,6 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "--idle-check-seconds", type=float, default=30.0, help="how often idle timers are checked"
     )
     parser.add_argument(
-        "--store",
-        default=None,
-        help="where sessions live for a fleet of daemons: postgresql://… (default "
-        "$COMPACTD_STORE, else the files in the data dir)",
-    )
-    parser.add_argument(
         "--summarize-timeout",
         type=float,
         default=120.0,
@@ -416,7 +425,9 @@ def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPars
     sub = top.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
     def add(name: str, text: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=text, description=text, parents=[common])
+        command = sub.add_parser(name, help=text, description=text, parents=[common])
+        command.add_argument("--version", action="version", version=f"compactd {_version()}")
+        return command
 
     out: dict[str, argparse.ArgumentParser] = {}
     out["serve"] = p = add("serve", "run the daemon on stdio (JSON-RPC, LSP framing)")
@@ -487,13 +498,16 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
         description="compactd: keeps LLM agent conversations under the context window.",
         epilog="Global options work before or after the command. `compactd COMMAND -h` says more.",
     )
-    try:
-        version = importlib.metadata.version("compactd")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree
-        version = "unknown"
-    top.add_argument("--version", action="version", version=f"compactd {version}")
+    top.add_argument("--version", action="version", version=f"compactd {_version()}")
     _global_options(top, suppress=False)
     return top, _subparsers(top)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("compactd")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        return "unknown"
 
 
 def _command_index(argv: list[str]) -> int | None:
@@ -598,7 +612,7 @@ async def _resolve_session(ns: argparse.Namespace, client: CompactdClient) -> No
 def daemon_args(ns: argparse.Namespace) -> list[str]:
     """The `serve` options a client command passes on to the daemon it spawns."""
     args: list[str] = []
-    for flag in ("summary_provider", "summary_model"):
+    for flag in ("store", "summary_provider", "summary_model"):
         value = getattr(ns, flag, None)
         if value:
             args += [f"--{flag.replace('_', '-')}", value]
