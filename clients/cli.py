@@ -392,6 +392,11 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="talk JSON-RPC on stdin/stdout (the only transport; accepted as LSP clients pass it)",
     )
+    add_service_arguments(parser)
+
+
+def add_service_arguments(parser: argparse.ArgumentParser) -> None:
+    """What `serve` and `proxy` both run on: the store, idle work, summaries, the log."""
     parser.add_argument(
         "--idle-seconds",
         type=float,
@@ -419,6 +424,44 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--listen",
+        default="127.0.0.1:8788",
+        metavar="HOST:PORT",
+        help="where the proxy listens (default 127.0.0.1:8788; port 0 picks a free one)",
+    )
+    parser.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow --listen on an address beyond loopback (the proxy relays API keys)",
+    )
+    parser.add_argument(
+        "--anthropic-upstream",
+        default="https://api.anthropic.com",
+        metavar="URL",
+        help="where Anthropic Messages requests go (default https://api.anthropic.com)",
+    )
+    parser.add_argument(
+        "--openai-upstream",
+        default="https://api.openai.com",
+        metavar="URL",
+        help="where OpenAI Responses / Chat Completions requests go (default "
+        "https://api.openai.com)",
+    )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help="cap every request's context window at this many tokens (default: the model's)",
+    )
+    parser.add_argument(
+        "--no-recall",
+        action="store_true",
+        help="do not offer the model compactd_recall (the proxy answers it by default)",
+    )
+
+
 def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     common = argparse.ArgumentParser(add_help=False)
     _global_options(common, suppress=True)
@@ -432,6 +475,13 @@ def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPars
     out: dict[str, argparse.ArgumentParser] = {}
     out["serve"] = p = add("serve", "run the daemon on stdio (JSON-RPC, LSP framing)")
     add_serve_arguments(p)
+    out["proxy"] = p = add(
+        "proxy",
+        "run an HTTP proxy in front of the provider's API: point Claude Code "
+        "(ANTHROPIC_BASE_URL) or Codex (base_url) at it",
+    )
+    add_service_arguments(p)
+    add_proxy_arguments(p)
     out["schema"] = add("schema", "print the JSON Schema of the RPC surface")
     out["migrate"] = p = add(
         "migrate",

@@ -25,6 +25,7 @@ from ..protocol import methods as m
 from ..protocol import types as t
 from ..protocol.convert import camel, structure, unstructure
 from ..protocol.errors import KIND_BY_CODE
+from ..protocol.recall import page_text
 
 R = TypeVar("R")
 Json = dict[str, Any]
@@ -671,9 +672,4 @@ def tool_uses(reply: Any) -> list[dict[str, Any]]:
 
 def recall_text(got: t.RecallResult) -> str:
     """A recalled page as the model reads it; a cut page says where to continue."""
-    if not got.truncated:
-        return got.text
-    return (
-        f"{got.text}\n[compactd: lines {got.start_line}–{got.end_line} of {got.total_lines}; "
-        f"call compactd_recall with startLine={got.end_line + 1} for more]"
-    )
+    return page_text(got.text, got.start_line, got.end_line, got.total_lines, got.truncated)
