@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .builder import ThreadBuilder
-from .jsonio import tool_input
+from .jsonio import image_block, tool_input
 
 __all__ = ["ChatFeed", "is_chat_message", "text_of"]
 
@@ -111,7 +111,7 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
             url = part.get("image_url")
             url = url.get("url") if isinstance(url, dict) else url
             if isinstance(url, str):
-                out.append(_image(url))
+                out.append(image_block(url))
         elif kind in (
             "tool_use",
             "tool_result",
@@ -134,13 +134,3 @@ def _call(call: Any) -> dict[str, Any] | None:
         "name": str(function.get("name") or "tool"),
         "input": tool_input(function.get("arguments")),
     }
-
-
-def _image(url: str) -> dict[str, Any]:
-    if url.startswith("data:") and ";base64," in url:
-        media_type, data = url[5:].split(";base64,", 1)
-        return {
-            "type": "image",
-            "source": {"type": "base64", "media_type": media_type, "data": data},
-        }
-    return {"type": "image", "source": {"type": "url", "url": url}}

@@ -36,7 +36,14 @@ from typing import Any
 import orjson
 
 from .builder import ThreadBuilder
-from .jsonio import as_int, iso_to_unix, openai_usage_to_anthropic, read_jsonl, tool_input
+from .jsonio import (
+    as_int,
+    image_block,
+    iso_to_unix,
+    openai_usage_to_anthropic,
+    read_jsonl,
+    tool_input,
+)
 from .plan import MAIN, Compaction, ImportedSession, Note
 
 _CALL_TYPES = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
@@ -273,18 +280,10 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
         if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
             blocks.append({"type": "text", "text": part["text"]})
         elif kind == "input_image" and isinstance(part.get("image_url"), str):
-            blocks.append(_image(part["image_url"]))
+            blocks.append(image_block(part["image_url"]))
         elif kind == "refusal" and isinstance(part.get("refusal"), str):
             blocks.append({"type": "text", "text": part["refusal"]})
     return blocks
-
-
-def _image(url: str) -> dict[str, Any]:
-    if url.startswith("data:") and ";base64," in url:
-        media_type, data = url[5:].split(";base64,", 1)
-        source = {"type": "base64", "media_type": media_type, "data": data}
-        return {"type": "image", "source": source}
-    return {"type": "image", "source": {"type": "url", "url": url}}
 
 
 def _is_injected(blocks: list[dict[str, Any]]) -> bool:
