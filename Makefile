@@ -16,8 +16,10 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 ## make run — import a bundled real Claude Code transcript through the daemon and show its context panel
+## (into a fresh data dir each time: the cascade it shows writes its records, so a second run would
+## otherwise start from a compacted session)
 run: $(STAMP)
-	@mkdir -p $(RUN_DATA)
+	@rm -rf $(RUN_DATA) && mkdir -p $(RUN_DATA)
 	COMPACTD_DATA_DIR=$(RUN_DATA) COMPACTD_SUMMARY_PROVIDER=digest $(BIN)/compactd demo tests/data/transcripts/claude-code/64da7265-8f07-4967-b79f-0ae374c13330.jsonl
 
 ## the real agent CLIs the proxy's tests drive (Claude Code, Codex), pinned in tests/agents
