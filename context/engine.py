@@ -20,7 +20,7 @@ from .budget import Calibration, reported_prompt_tokens
 from .budget_reduction import first_cut_line
 from .cascade import Drive, run_cascade
 from .decompose import from_anthropic, from_nodes, from_openai
-from .errors import CompactdError, InvalidContent
+from .errors import CompactdError, InvalidContent, Stopped
 from .graph import Graph, Node, Record
 from .policy import Policy, check_session_config, policy_from_config
 from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE, project
@@ -167,13 +167,15 @@ class Engine:
         return outcome
 
     def import_sessions(
-        self, path: str, *, new: bool = False
+        self, path: str, *, new: bool = False, stopped: Callable[[], bool] | None = None
     ) -> tuple[list[Session], ImportOutcome]:
         """Read a transcript (regular files only, each under `maxImportBytes`) and write its
         new sessions, touching none of the engine's loaded state: the daemon runs this in a
-        worker thread so a big file never holds up its loop, and registers the sessions after."""
+        worker thread so a big file never holds up its loop, and registers the sessions after.
+        All its sessions are written or none: `stopped` (asked as the import goes) turning
+        true raises `Stopped` before anything is written."""
         from .importers import load_transcript
-        from .importers.apply import import_session
+        from .importers.apply import import_sessions
         from .importers.files import read_limit, read_regular
 
         max_bytes = self.limits.max_import_bytes
@@ -181,23 +183,31 @@ class Engine:
         with read_limit(max_bytes):
             digest = hashlib.sha256(read_regular(Path(path))).hexdigest()
         known = {} if new else self._imported_before()
-        sessions, ids, warnings, existing = [], [], [], []
+        ids: list[str | None] = []
+        existing: list[str] = []
+        todo = []
         for imported in conversations:
             key = (digest, imported.source_id)
             if key in known:
                 ids.append(known[key])
                 existing.append(known[key])
-                continue
-            session = import_session(self.library, imported, source_digest=digest)
-            sessions.append(session)
-            ids.append(session.id)
+            else:
+                ids.append(None)
+                todo.append((imported, digest))
+        if stopped is not None and stopped():
+            raise Stopped("the import was stopped before it wrote anything")
+        sessions = import_sessions(self.library, todo, stopped=stopped)
+        made = iter(sessions)
+        warnings = []
+        for (imported, _digest), session in zip(todo, sessions, strict=True):
             warnings.extend(f"{imported.source_id}: {w}" for w in imported.warnings)
             if not session.graph.nodes:
                 warnings.append(
                     f"{imported.source_id}: the transcript holds no message, so the session is "
                     "empty (a sub-agent's file alone? import its parent session's file)"
                 )
-        return sessions, ImportOutcome(ids, warnings, existing)
+        order = [sid if sid is not None else next(made).id for sid in ids]
+        return sessions, ImportOutcome(order, warnings, existing)
 
     def _imported_before(self) -> dict[tuple[str, str], str]:
         """(file digest, source id) → session, from each log's header line (its `open`)."""

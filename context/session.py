@@ -263,7 +263,12 @@ class Session:
 
     # ---- branches --------------------------------------------------------------------------
 
-    def create_branch(self, name: str, from_node: str | None = None) -> str | None:
+    def create_branch(
+        self, name: str, from_node: str | None = None, *, empty: bool = False
+    ) -> str | None:
+        """A new branch whose head is `from_node` (default: the current head), or, `empty`,
+        one with no node yet: a conversation that shares nothing with the others (the proxy
+        forks there when a client's history differs from its very first message)."""
         if not isinstance(name, str) or not SESSION_ID_RE.fullmatch(name):
             raise InvalidContent(f"invalid branch name {name!r}", field="name")
         out: dict[str, str | None] = {}
@@ -271,7 +276,7 @@ class Session:
         def build(g: Graph, seq: int, now: float) -> list[dict[str, Any]]:
             if name in g.branches:
                 raise InvalidGraph(f"branch {name!r} already exists", branch=name)
-            head = from_node if from_node is not None else g.head()
+            head = None if empty else from_node if from_node is not None else g.head()
             if head is not None:
                 node = g.node(head)
                 if not node.is_thread or node.owner is not None:

@@ -10,6 +10,7 @@ commit, so nothing is written. One cascade runs per session at a time.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import tempfile
 import time
@@ -17,11 +18,12 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..context.engine import Engine, RenderParams
-from ..context.errors import InvalidContent
+from ..context.errors import InvalidContent, Stopped
 from ..context.policy import policy_from_config
 from ..context.render.request import Rendered
-from ..context.replay import ReplayOptions, replay
+from ..context.replay import ReplayOptions, ReplayReport, replay
 from ..context.stores import FileStore
+from ..context.summarizer.driver import drive as drive_sync
 from ..context.summarizer.driver import drive_async
 from ..context.summarizer.types import Answer, Steps, SummaryFailure, SummaryNeeded
 from ..context.tiers.base import Outcome, TierEvent
@@ -29,9 +31,11 @@ from ..context.tiers.reactive import Overflow, parse_overflow
 from ..context.tiers.rolling_summary import TIER
 from ..protocol.types import CompactResult, ProviderError, ReplayParams
 from .app import App, settle
+from .stoppable import Stop, run_stoppable
 
 log = logging.getLogger("compactd.daemon")
 T = TypeVar("T")
+STOP_POLL_SECONDS = 0.2  # how soon a replay waiting on a summary hears it was cancelled
 
 
 async def drive(
@@ -182,15 +186,32 @@ async def replay_transcript(app: App, p: ReplayParams) -> dict[str, Any]:
         ratio=p.ratio,
         write_price=p.write_price,
     )
-    with tempfile.TemporaryDirectory(prefix="compactd-replay-") as scratch:
-        engine = Engine(FileStore(scratch), defaults=app.engine.defaults, summary_provider=provider)
-        result = await drive(
-            app,
-            "replay",
-            replay(engine, sessions[p.index], options),
-            provider=provider,
-            token=p.work_done_token,
-            title="compactd: replaying",
-            describe=lambda need, _: f"{need.tier} summary",
-        )
+    loop = asyncio.get_running_loop()
+    async with app.front.progress(p.work_done_token, "compactd: replaying") as report:
+
+        async def answer(need: SummaryNeeded) -> Answer:
+            report(f"{need.tier} summary")
+            return await answer_one(app, "replay", provider, need)
+
+        def run(stopped: Stop) -> ReplayReport:
+            """In a worker thread (the loop goes on answering, and hears a cancel): the
+            summaries are asked on the loop, a cancel is seen before each step."""
+
+            def answer_here(need: SummaryNeeded) -> Answer:
+                pending = asyncio.run_coroutine_threadsafe(answer(need), loop)
+                while True:
+                    try:
+                        return pending.result(timeout=STOP_POLL_SECONDS)
+                    except concurrent.futures.TimeoutError:
+                        if stopped():
+                            pending.cancel()
+                            raise Stopped("the replay was stopped") from None
+
+            with tempfile.TemporaryDirectory(prefix="compactd-replay-") as scratch:
+                store = FileStore(scratch)
+                engine = Engine(store, defaults=app.engine.defaults, summary_provider=provider)
+                work = replay(engine, sessions[p.index], options, stopped)
+                return drive_sync(work, answer_here)
+
+        result = await run_stoppable(run)
     return result.to_json()
