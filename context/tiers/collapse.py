@@ -78,13 +78,7 @@ def apply(run: Run) -> Steps[None]:
                 limits=Limits.of(policy, run.engine.clock),  # the time bound, per segment
             )
         except SummaryFailure as failed:
-            run.note(
-                TIER,
-                f"{failed.message}; nothing was written",
-                failed=True,
-                failure=failed.kind,
-                attempted=True,
-            )
+            run.failed(TIER, failed)
             return
         before = run.total
         run.propose(

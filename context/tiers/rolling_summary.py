@@ -526,13 +526,7 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
             )
             usage = checkpoint.usage
     except SummaryFailure as failed:
-        run.note(
-            TIER,
-            f"{failed.message}; nothing was written",
-            failed=True,
-            failure=failed.kind,
-            attempted=True,
-        )
+        run.failed(TIER, failed)
         return
     text = checkpoint.text
     data: dict[str, Any] = {

@@ -19,7 +19,17 @@ from tests.support.invariants import check_anthropic_pairing, check_openai_pairi
 from tests.support.media import gif, image_block, jpeg, pdf, pdf_block, png, webp
 
 from .conftest import running
-from .convo import all_text, assistant, filler, tool_results, tool_turns, tool_use, user
+from .convo import (
+    all_text,
+    assistant,
+    called,
+    filler,
+    results_of,
+    tool_results,
+    tool_turns,
+    tool_use,
+    user,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -36,16 +46,6 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def client(data_dir: Path) -> AsyncIterator[CompactdClient]:
     async with running(data_dir, "--summary-provider", "digest") as c:
         yield c
-
-
-def results_of(request: dict[str, Any]) -> list[Any]:
-    return [
-        b["content"]
-        for m in request["messages"]
-        if isinstance(m["content"], list)
-        for b in m["content"]
-        if b.get("type") == "tool_result"
-    ]
 
 
 def result_text(content: Any) -> str:
@@ -171,13 +171,7 @@ async def test_budget_reduction_cuts_a_result_of_many_text_blocks(client: Compac
     parts = [filler(f"part{i}", 1998) for i in range(15)]
     blocks = [{"type": "text", "text": p} for p in parts]
     await client.append(
-        sid,
-        [
-            user("query the index"),
-            assistant("querying", tool_use("mcp1", "mcp__index__query", q="all")),
-            tool_results(("mcp1", blocks)),
-            assistant("done"),
-        ],
+        sid, called("query the index", "mcp1", blocks, "mcp__index__query", q="all")
     )
     joined = "".join(parts)
     anthropic = (await client.render(sid)).request
@@ -204,15 +198,7 @@ async def test_a_result_just_over_the_limit_does_not_grow(
     sid = f"br-edge-{size}"
     await client.open_session(sid)
     original = filler("edge", size)
-    await client.append(
-        sid,
-        [
-            user("read"),
-            assistant("reading", tool_use("e1", "Read", file_path="e.py")),
-            tool_results(("e1", original)),
-            assistant("read"),
-        ],
-    )
+    await client.append(sid, called("read", "e1", original, file_path="e.py"))
     for fmt, recall in (("anthropic", False), ("openai", False), ("anthropic", True)):
         request = (await client.render(sid, format=fmt, recall=recall)).request
         text = all_text({"messages": request["messages"]})
@@ -407,15 +393,8 @@ async def test_recall_returns_the_words_of_snipped_and_summarized_turns(
         for t in range(6):
             ask, answer = f"{how} question {t}: why X{t}?", f"{how} answer {t}: because Y{t}."
             said += [ask, answer]
-            await client.append(
-                sid,
-                [
-                    user(ask),
-                    assistant("checking", tool_use(f"{how}{t}", "Deploy", target=f"s{t}")),
-                    tool_results((f"{how}{t}", filler(f"{how}-{t}", 1500))),
-                    assistant(answer),
-                ],
-            )
+            turn = called(ask, f"{how}{t}", filler(f"{how}-{t}", 1500), "Deploy", target=f"s{t}")
+            await client.append(sid, [*turn[:-1], assistant(answer)])
         if how == "snip":
             before = await client.measure(sid)
             assert (await client.snip(sid, target_tokens=before.total // 2)).applied
@@ -438,13 +417,7 @@ async def test_recall_returns_the_input_tier_1_shortened(client: CompactdClient)
     await client.open_session(sid, config=config)
     body = "".join(f"line {i} of the file written\n" for i in range(300))
     await client.append(
-        sid,
-        [
-            user("write the file"),
-            assistant("writing", tool_use("w0", "Write", file_path="big.py", content=body)),
-            tool_results(("w0", "written")),
-            assistant("wrote it"),
-        ],
+        sid, called("write the file", "w0", "written", "Write", file_path="big.py", content=body)
     )
     await client.append(sid, tool_turns("later", 8, 2000))
     full = (await client.measure(sid)).total
@@ -469,15 +442,7 @@ async def test_a_cut_notes_handle_recalls_from_the_first_omitted_line(
     sid = "recall-cut-start"
     await client.open_session(sid, config={"recall": True})
     original = "".join(f"row {i}: value {i * 3}\n" for i in range(1, 601))
-    await client.append(
-        sid,
-        [
-            user("read it"),
-            assistant("reading", tool_use("c0", "Read", file_path="rows.txt")),
-            tool_results(("c0", original)),
-            assistant("read"),
-        ],
-    )
+    await client.append(sid, called("read it", "c0", original, file_path="rows.txt"))
     request = (await client.render(sid)).request
     (content,) = results_of(request)
     first = int(re.search(r"lines (\d+)–(\d+) of (\d+) omitted", content).group(1))  # type: ignore[union-attr]

@@ -20,7 +20,7 @@ from tests.support.invariants import (
 )
 
 from .conftest import running
-from .convo import all_text, assistant, filler, tool_results, tool_turns, tool_use, user
+from .convo import all_text, assistant, filler, results_of, tool_results, tool_turns, tool_use, user
 from .wire import log_bytes
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -68,16 +68,6 @@ def said(request: dict[str, Any]) -> str:
 
 def lines_of(text: str, start: int, end: int) -> str:
     return "\n".join(text.split("\n")[start - 1 : end])
-
-
-def results_of(request: dict[str, Any]) -> list[Any]:
-    return [
-        b["content"]
-        for m in request["messages"]
-        if isinstance(m["content"], list)
-        for b in m["content"]
-        if b.get("type") == "tool_result"
-    ]
 
 
 async def test_a_cut_result_names_a_handle_that_returns_the_cut_lines(
