@@ -413,10 +413,11 @@ def choose_range(run: Run) -> Range | None:
     (the spec's "retain the latest turn"); else inside a turn — the latest complete one, then
     the active one (a long turn of tool calls). A range that takes the latest complete turn
     (in part, or whole before a cut in the active turn) is chosen only when the request
-    cannot fit (its limit) otherwise — neither as it is nor with whole turns summarized: the
-    spec's rule gives way to what must be sent, never to the headroom target. A cut in an
-    active turn that leaves no complete turn behind it to keep may aim at the target. With
-    nothing to summarize, short history is left alone."""
+    cannot fit otherwise — get under its threshold, the cascade's measure of fitting, neither
+    as it is nor with whole turns summarized: the spec's rule gives way to what must be sent,
+    never to the headroom target. A cut in an active turn that leaves no complete turn behind
+    it to keep may aim at the target. With nothing to summarize, short history is left
+    alone."""
     policy, proj, graph, path = run.policy, run.rendered.projection, run.graph, run.path
     costs = Costs.of(run)
     marker = MarkerBound(run)
@@ -430,8 +431,9 @@ def choose_range(run: Run) -> Range | None:
         if wider is not None and (best is None or len(wider.turns) > len(best.turns)):
             best = wider
     if after(best) > run.target:
-        # taking the latest complete turn only when no whole-turn range lets it be sent
-        cannot_fit = min(run.total, after(best)) > run.limit
+        # taking the latest complete turn only when no whole-turn range gets it under the
+        # threshold (past it the estimate's error may make the request too long)
+        cannot_fit = min(run.total, after(best)) > run.threshold
         best = _inside_a_turn(run, costs, after, may_take_latest=cannot_fit) or best
     if best is None or not (best.new_turns or best.partial is not None):
         return None
@@ -495,12 +497,13 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
     proj = run.rendered.projection
     rng = choose_range(run)
     if rng is None:
-        if run.target < run.total <= run.limit:
+        if run.target < run.total <= run.threshold:
             run.note(
                 TIER,
                 "the retained turns stay whole: nothing before them is left to summarize and "
-                f"the request fits its limit with them ({run.total:,} ≤ {run.limit:,} tokens); "
-                "a summary inside a turn waits until it would not; the provider was not called",
+                f"the request is under its threshold with them ({run.total:,} ≤ "
+                f"{run.threshold:,} tokens); a summary inside a turn waits until it would not "
+                "be; the provider was not called",
             )
             return
         run.note(
