@@ -139,6 +139,11 @@ class Policy:
     summary_provider: str = ""  # "anthropic" | "client" | "digest"; "" = the daemon's default
     summary_model: str = ""
     summary_keep_turns: int = 2
+    # a cut inside the latest complete turn (or one taking it whole before a cut in the active
+    # turn) only when no other range gets the request under this share of the limit: between
+    # the target (which the spec's "retain the latest complete turn" must not give way to) and
+    # the threshold (under which a request sits and is compacted again a request or two later)
+    summary_split_turn_above: float = 0.75
     summary_max_tokens: int = 5000
     summary_last_assistant_chars: int = SUMMARY_LAST_ASSISTANT_CHARS
     # the spec's checkpoint is 2,000–5,000 tokens: the summary may use at least this many
@@ -191,6 +196,7 @@ _FRACTIONS = frozenset(
         "prepare_occupancy",
         "microcompact_min_gain",
         "reactive_margin",
+        "summary_split_turn_above",
     }
 )
 _AT_LEAST_ONE = frozenset(

@@ -412,12 +412,11 @@ def choose_range(run: Run) -> Range | None:
     before the latest `summaryKeepTurns` complete turns; else before the latest complete turn
     (the spec's "retain the latest turn"); else inside a turn — the latest complete one, then
     the active one (a long turn of tool calls). A range that takes the latest complete turn
-    (in part, or whole before a cut in the active turn) is chosen only when the request
-    cannot fit otherwise — get under its threshold, the cascade's measure of fitting, neither
-    as it is nor with whole turns summarized: the spec's rule gives way to what must be sent,
-    never to the headroom target. A cut in an active turn that leaves no complete turn behind
-    it to keep may aim at the target. With nothing to summarize, short history is left
-    alone."""
+    (in part, or whole before a cut in the active turn) is chosen only when the request cannot
+    fit otherwise — get under `summarySplitTurnAbove` (0.75) of its limit, neither as it is
+    nor with whole turns summarized: the spec's rule gives way to what must be sent, never to
+    the headroom target. A cut in an active turn that leaves no complete exchange behind it to
+    keep may aim at the target. With nothing to summarize, short history is left alone."""
     policy, proj, graph, path = run.policy, run.rendered.projection, run.graph, run.path
     costs = Costs.of(run)
     marker = MarkerBound(run)
@@ -431,9 +430,9 @@ def choose_range(run: Run) -> Range | None:
         if wider is not None and (best is None or len(wider.turns) > len(best.turns)):
             best = wider
     if after(best) > run.target:
-        # taking the latest complete turn only when no whole-turn range gets it under the
-        # threshold (past it the estimate's error may make the request too long)
-        cannot_fit = min(run.total, after(best)) > run.threshold
+        # taking the latest complete turn only when no whole-turn range gets it under the bar
+        bar = max(run.target, min(run.threshold, int(policy.summary_split_turn_above * run.limit)))
+        cannot_fit = min(run.total, after(best)) > bar
         best = _inside_a_turn(run, costs, after, may_take_latest=cannot_fit) or best
     if best is None or not (best.new_turns or best.partial is not None):
         return None
@@ -453,7 +452,7 @@ def _inside_a_turn(run: Run, costs: Costs, after: Any, *, may_take_latest: bool)
     latest = next(
         (t for t in reversed(turns) if is_complete(graph, path, t) and t is not active), None
     )
-    kept = next((t for t in reversed(turns) if is_complete(graph, path, t)), None)
+    kept = next((t for t in reversed(turns) if _exchange(graph, path, t)), None)
     if kept is not None and kept.start_id in proj.summary_turns:
         kept = None  # replaced already: nothing of it is left to keep
     if not may_take_latest:
@@ -477,6 +476,14 @@ def _inside_a_turn(run: Run, costs: Costs, after: Any, *, may_take_latest: bool)
     return longest
 
 
+def _exchange(graph: Graph, path: Path, turn: Turn) -> bool:
+    """A complete turn the assistant answered in: what "the latest complete turn" keeps. A turn
+    of user content alone (an agent's environment note before the task) is not one."""
+    return is_complete(graph, path, turn) and any(
+        graph.nodes[n].kind == "assistant" for n in path.line.ids[turn.start : turn.end]
+    )
+
+
 def due(run: Run) -> bool:
     """Still over the run's target after the cheaper tiers (the cascade calls it once over
     threshold; `/compact` jumps here)."""
@@ -497,13 +504,13 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
     proj = run.rendered.projection
     rng = choose_range(run)
     if rng is None:
-        if run.target < run.total <= run.threshold:
+        bar = int(policy.summary_split_turn_above * run.limit)
+        if run.target < run.total <= max(bar, run.threshold):
             run.note(
                 TIER,
                 "the retained turns stay whole: nothing before them is left to summarize and "
-                f"the request is under its threshold with them ({run.total:,} ≤ "
-                f"{run.threshold:,} tokens); a summary inside a turn waits until it would not "
-                "be; the provider was not called",
+                f"the request fits with them ({run.total:,} tokens); a summary inside the "
+                "latest complete turn waits until it would not; the provider was not called",
             )
             return
         run.note(
