@@ -29,7 +29,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..protocol.convert import structure, unstructure
-from ..protocol.types import ImportResult
+from ..protocol.types import CompactionEvent, ImportResult, RenderResult
 from .client import AnsweredDespiteCancel, CompactdClient, RpcError
 from .panel import build_panel
 
@@ -184,6 +184,19 @@ async def cmd_sessions(ns: argparse.Namespace, client: CompactdClient) -> int:
 
 
 async def cmd_context(ns: argparse.Namespace, client: CompactdClient) -> int:
+    if ns.cascade:  # the panel of the request the cascade makes (written unless --dry-run)
+        result = await _cascade_render(ns, client)
+        _warn(ns, result.warnings, always=True)
+        if ns.json:
+            _print_json(unstructure(result.tokens) | {"events": unstructure(result.events)})
+            return EXIT_OK
+        console = Console(force_terminal=ns.color)
+        if ns.dry_run:
+            console.print("[bold]The cascade, as a preview: nothing was written[/bold]")
+        _print_events(console, result.events)
+        title = f"\nContext of {ns.session} after the cascade"
+        console.print(build_panel(unstructure(result.tokens), title=title))
+        return EXIT_OK
     measure = await client.measure(ns.session, branch=ns.branch, **_budget(ns))
     _warn(ns, measure.warnings, always=True)
     data = unstructure(measure)
@@ -194,16 +207,32 @@ async def cmd_context(ns: argparse.Namespace, client: CompactdClient) -> int:
     return EXIT_OK
 
 
-async def cmd_render(ns: argparse.Namespace, client: CompactdClient) -> int:
+async def _cascade_render(ns: argparse.Namespace, client: CompactdClient) -> RenderResult:
     async with daemon_progress(ns, client, "rendering") as token:
-        result = await client.render(
+        return await client.render(
             ns.session,
             branch=ns.branch,
-            format=ns.format,
+            format=getattr(ns, "format", "anthropic"),
             cascade=ns.cascade,
+            dry_run=ns.dry_run,
             work_done_token=token if ns.cascade else None,
             **_budget(ns),
         )
+
+
+def _print_events(console: Console, events: list[CompactionEvent]) -> None:
+    """One line per tier event: ✓ what it did (in a preview: would do), · why it did not."""
+    for event in events:
+        mark = "✓" if event.applied else "·"
+        console.print(
+            f"{mark} {event.tier}: {escape(event.reason)} "
+            f"({event.tokens_before:,} → {event.tokens_after:,})",
+            highlight=False,
+        )
+
+
+async def cmd_render(ns: argparse.Namespace, client: CompactdClient) -> int:
+    result = await _cascade_render(ns, client)
     _warn(ns, result.warnings, always=True)
     tokens = result.tokens
     if ns.json:
@@ -212,14 +241,9 @@ async def cmd_render(ns: argparse.Namespace, client: CompactdClient) -> int:
         print(
             f"{len(result.request.get('messages', []))} messages, {tokens.total:,} tokens of "
             f"{tokens.limit:,} ({tokens.window:,} window − {tokens.output_reserve:,} "
-            "output reserve)"
+            "output reserve)" + (" — a preview: nothing was written" if ns.dry_run else "")
         )
-        for event in result.events:
-            mark = "✓" if event.applied else "·"
-            print(
-                f"{mark} {event.tier}: {event.reason} "
-                f"({event.tokens_before:,} → {event.tokens_after:,})"
-            )
+        _print_events(Console(soft_wrap=True, force_terminal=ns.color), result.events)
     if tokens.total > tokens.limit:
         _warn(
             ns,
@@ -264,7 +288,7 @@ async def cmd_compact(ns: argparse.Namespace, client: CompactdClient) -> int:
 
 async def cmd_demo(ns: argparse.Namespace, client: CompactdClient) -> int:
     """`make run`: import a real transcript through the daemon, show its panel, then what the
-    cascade does to it in a smaller window."""
+    cascade would do to it in a smaller window (a preview, so a second run shows the same)."""
     async with daemon_progress(ns, client, f"importing {Path(ns.path).name}") as token:
         result = await client.import_transcript(ns.path, work_done_token=token)
     console = Console(force_terminal=ns.color)
@@ -272,13 +296,15 @@ async def cmd_demo(ns: argparse.Namespace, client: CompactdClient) -> int:
         measure = await client.measure(sid, window=ns.window)
         console.print(build_panel(unstructure(measure), title=f"Session {sid}"))
         if ns.then_window:
-            out = await client.render(sid, window=ns.then_window, cascade=True)
-            console.print(f"\n[bold]The next request at a {ns.then_window:,}-token window[/bold]")
-            for event in out.events:
-                mark = "✓" if event.applied else "·"
-                console.print(f" {mark} {event.tier}: {escape(event.reason)}")
-            after = await client.measure(sid, window=ns.then_window)
-            console.print(build_panel(unstructure(after), title=f"Session {sid} after the cascade"))
+            # a preview: the session stays as imported, so the demo shows the same every time
+            out = await client.render(sid, window=ns.then_window, cascade=True, dry_run=True)
+            console.print(
+                f"\n[bold]The next request at a {ns.then_window:,}-token window[/bold] "
+                "(a preview: nothing is written)"
+            )
+            _print_events(console, out.events)
+            title = f"\nSession {sid} after the cascade"
+            console.print(build_panel(unstructure(out.tokens), title=title))
     return EXIT_OK
 
 
@@ -386,11 +412,28 @@ def _session_args(p: argparse.ArgumentParser, budget: bool = True) -> None:
     p.add_argument("--json", action="store_true", help="print the daemon's answer as JSON")
 
 
+def _cascade_args(p: argparse.ArgumentParser, cascade: str) -> None:
+    p.add_argument("--cascade", action="store_true", help=cascade)
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        dest="dry_run",
+        help="a preview: show what the cascade would do and write nothing (a summary is "
+        "still asked of the summary provider)",
+    )
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stdio",
         action="store_true",
         help="talk JSON-RPC on stdin/stdout (the only transport; accepted as LSP clients pass it)",
+    )
+    parser.add_argument(
+        "--no-idle-work",
+        action="store_true",
+        help="do no idle work and prepare no summaries in the background (the daemon of a "
+        "CLI preview, which only looks)",
     )
     add_service_arguments(parser)
 
@@ -506,6 +549,7 @@ def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPars
     p.add_argument("--json", action="store_true", help="print the daemon's answer as JSON")
     out["context"] = p = add("context", "the context panel of a session")
     _session_args(p)
+    _cascade_args(p, "the panel after the cascade has run (it writes its records)")
     out["render"] = p = add("render", "render the next request of a session")
     _session_args(p)
     p.add_argument(
@@ -514,7 +558,7 @@ def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPars
         default="anthropic",
         help="the provider's request format",
     )
-    p.add_argument("--cascade", action="store_true", help="run the cascade first")
+    _cascade_args(p, "run the cascade first (it writes its records)")
     out["snip"] = p = add("snip", "remove the oldest turns down to a target")
     _session_args(p)
     p.add_argument("--target", type=int, help="target tokens (default: the cascade target)")
@@ -670,7 +714,16 @@ def daemon_args(ns: argparse.Namespace) -> list[str]:
         args += ["--config", orjson.dumps(ns.session_config).decode()]
     if ns.verbose >= 2:
         args += ["--log-level", "INFO"]
+    if previews(ns):  # a view writes nothing: not even the idle work its first look would do
+        args.append("--no-idle-work")
     return args
+
+
+def previews(ns: argparse.Namespace) -> bool:
+    """A command that only looks: `context`, `sessions`, `demo`'s panels, `--dry-run`."""
+    if getattr(ns, "dry_run", False) or ns.command in ("sessions", "demo"):
+        return True
+    return ns.command == "context" and not ns.cascade
 
 
 async def _run_client(ns: argparse.Namespace) -> int:

@@ -165,17 +165,25 @@ def register(server: Any, app: App) -> None:
     async def context_render(ls: CompactdServer, p: t.RenderParams) -> t.RenderResult:
         session = app.session(p.session_id)
         params = engine_params(p)
-        app.last_params[session.id] = params
+        if not p.dry_run:  # a preview is not the request the idle work prepares for
+            app.last_params[session.id] = params
         # an overflow the client reported makes this render run Tier 5 even without `cascade`:
         # the same request would only be rejected again
-        reported = engine.take_overflow(session.id)
+        reported = engine.take_overflow(session.id, keep=p.dry_run)
         if p.cascade or p.overflow is not None or reported is not None:
             rendered, events = await render_with_cascade(
-                app, session.id, params, p.overflow, reported, p.work_done_token
+                app,
+                session.id,
+                params,
+                p.overflow,
+                reported,
+                p.work_done_token,
+                dry_run=p.dry_run,
             )
         else:
-            rendered, events = engine.render(session.id, params), []
-        app.touch(session)
+            rendered, events = engine.render(session.id, params, remember=not p.dry_run), []
+        if not p.dry_run:
+            app.touch(session)
         return t.RenderResult(
             rendered.request,
             render_tokens(rendered.tokens()),

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -230,6 +231,37 @@ def test_config_from_a_file(cli: Cli, session: str) -> None:
     path.write_text(json.dumps({"cascadeThreshold": 0.5, "cascadeTarget": 0.4}))
     measured = json.loads(cli("context", session, "--config", str(path), "--json").stdout)
     assert measured["threshold"] == int(0.5 * measured["limit"])
+
+
+def data_bytes(data_dir: Path) -> dict[str, bytes]:
+    """Every file under the data dir, by its path: what a command that writes nothing keeps."""
+    return {
+        str(f.relative_to(data_dir)): f.read_bytes() for f in data_dir.rglob("*") if f.is_file()
+    }
+
+
+def test_a_dry_run_writes_nothing(tmp_path: Path) -> None:
+    """`render --cascade --dry-run` and `context --cascade --dry-run` on a session the cascade
+    summarizes and that has been idle past its idle threshold: what the cascade would do is
+    shown, the data dir's bytes stay as they were (the idle work a first use does is not
+    done either); the same render without `--dry-run` writes."""
+    cli = Cli(tmp_path / "data", tmp_path)
+    sid = cli("import", str(SMALL)).stdout.strip()
+    time.sleep(1.1)  # idle past `idleSeconds=1`
+    cascade = ["--window", "6000", "--cascade", "--summary-provider", "digest"]
+    cascade += ["--set", "idleSeconds=1"]
+    before = data_bytes(cli.data_dir)
+    cli("context", sid, "--set", "idleSeconds=1")
+    preview = cli("render", sid, *cascade, "--dry-run")
+    assert "a preview: nothing was written" in preview.stdout
+    assert "✓ summary: " in preview.stdout, preview.stdout
+    panel = cli("context", sid, *cascade, "--dry-run")
+    assert "as a preview: nothing was written" in panel.stdout
+    assert "✓ summary: " in panel.stdout and "after the cascade" in panel.stdout
+    assert data_bytes(cli.data_dir) == before
+    done = cli("render", sid, *cascade)
+    assert "preview" not in done.stdout and "✓ summary: " in done.stdout
+    assert data_bytes(cli.data_dir) != before
 
 
 def test_snip(cli: Cli) -> None:
