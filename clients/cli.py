@@ -292,9 +292,12 @@ async def cmd_demo(ns: argparse.Namespace, client: CompactdClient) -> int:
     async with daemon_progress(ns, client, f"importing {Path(ns.path).name}") as token:
         result = await client.import_transcript(ns.path, work_done_token=token)
     console = Console(force_terminal=ns.color)
-    for sid in result.session_ids:
+    count = len(result.session_ids)
+    for i, sid in enumerate(result.session_ids):
+        # named by the transcript, not by the id (new at each import): the same every time
+        name = Path(ns.path).name + (f" ({i + 1} of {count})" if count > 1 else "")
         measure = await client.measure(sid, window=ns.window)
-        console.print(build_panel(unstructure(measure), title=f"Session {sid}"))
+        console.print(build_panel(unstructure(measure), title=name))
         if ns.then_window:
             # a preview: the session stays as imported, so the demo shows the same every time
             out = await client.render(sid, window=ns.then_window, cascade=True, dry_run=True)
@@ -303,7 +306,7 @@ async def cmd_demo(ns: argparse.Namespace, client: CompactdClient) -> int:
                 "(a preview: nothing is written)"
             )
             _print_events(console, out.events)
-            title = f"\nSession {sid} after the cascade"
+            title = f"\n{name} after the cascade"
             console.print(build_panel(unstructure(out.tokens), title=title))
     return EXIT_OK
 

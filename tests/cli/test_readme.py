@@ -64,8 +64,8 @@ def test_every_readme_command_runs(tmp_path: Path) -> None:
 
 def test_make_run_demo_shows_the_same_every_time(tmp_path: Path) -> None:
     """`make run` is `compactd demo` on a bundled transcript (here the smaller one, at a window
-    its cascade summarizes in): the cascade is a preview, so a second run on the same data
-    dir shows the same panels and writes nothing."""
+    its cascade summarizes in): the cascade is a preview and the panels are named by the
+    transcript, so a second run shows the same, byte for byte, and writes nothing."""
     recipe = (ROOT / "Makefile").read_text()
     assert "compactd demo tests/data/transcripts/" in recipe
     cli = Cli(tmp_path / "data", tmp_path)
@@ -75,6 +75,8 @@ def test_make_run_demo_shows_the_same_every_time(tmp_path: Path) -> None:
     kept = data_bytes(cli.data_dir)
     assert cli(*demo).stdout == first
     assert data_bytes(cli.data_dir) == kept
+    # `make run` starts from a fresh data dir: a new session id, and still the same output
+    assert Cli(tmp_path / "fresh", tmp_path)(*demo).stdout == first
 
 
 def test_the_neovim_snippet_talks_as_the_daemon_expects(tmp_path: Path) -> None:
