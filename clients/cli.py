@@ -4,8 +4,9 @@ protocol. `compactd.main` routes `serve` to the daemon; this module imports only
 
 One set of global options works before or after the command (`--summary-provider`, `--set`,
 `--config`, `--data-dir`, `-v`, `-q`), and options and free text mix in any order. Exit codes:
-0 done, 1 done but not good (over the limit, nothing compacted, summaries failed), 2 an error
-(bad input, unknown session, bad config), 3 the daemon died, 130 interrupted.
+0 done, 1 done but not good (over the limit, nothing compacted or snipped, summaries
+failed), 2 an error (bad input, unknown session, bad config), 3 the daemon died, 130
+interrupted.
 """
 
 from __future__ import annotations
@@ -267,15 +268,27 @@ async def cmd_snip(ns: argparse.Namespace, client: CompactdClient) -> int:
             f"{'snipped' if result.applied else 'nothing snipped'}: {result.reason} "
             f"({result.tokens_before:,} → {result.tokens_after:,} tokens)"
         )
-    return EXIT_OK
+    return EXIT_OK if result.applied else EXIT_NOT_GOOD  # as `compact`: nothing changed
 
 
 async def cmd_compact(ns: argparse.Namespace, client: CompactdClient) -> int:
     instructions = " ".join(ns.instructions) or None
-    async with daemon_progress(ns, client, "compacting") as token:
-        result = await client.compact(
-            ns.session, instructions, branch=ns.branch, work_done_token=token, **_budget(ns)
+    try:
+        async with daemon_progress(ns, client, "compacting") as token:
+            result = await client.compact(
+                ns.session, instructions, branch=ns.branch, work_done_token=token, **_budget(ns)
+            )
+    except RpcError as exc:
+        if not over_call_limit(exc):
+            raise
+        print(f"compactd: {exc.message}", file=sys.stderr)
+        print(
+            f"compactd: `compactd render {ns.session} --cascade` runs the cheaper tiers first "
+            "(it clears old tool results), which leaves less to summarize; or allow more "
+            "calls: --set summaryMaxCalls=N",
+            file=sys.stderr,
         )
+        return EXIT_ERROR
     if ns.json:
         _print_json(unstructure(result))
     else:
@@ -284,6 +297,16 @@ async def cmd_compact(ns: argparse.Namespace, client: CompactdClient) -> int:
             f"({result.tokens_before:,} → {result.tokens_after:,} tokens)"
         )
     return EXIT_OK if result.applied else EXIT_NOT_GOOD
+
+
+def over_call_limit(exc: RpcError) -> bool:
+    """The summary would take more calls than `summaryMaxCalls` (a failure of its own, or
+    the reason a `/compact` cannot fit)."""
+    data = exc.data if isinstance(exc.data, dict) else {}
+    events = [e for e in data.get("events") or [] if isinstance(e, dict)]
+    return data.get("failure") == "call_limit" or any(
+        (e.get("details") or {}).get("failure") == "call_limit" for e in events
+    )
 
 
 async def cmd_demo(ns: argparse.Namespace, client: CompactdClient) -> int:
@@ -356,7 +379,8 @@ def _global_options(p: argparse.ArgumentParser, suppress: bool) -> None:
         choices=PROVIDERS,
         default=default,
         help="who writes summaries: anthropic (needs ANTHROPIC_API_KEY), client, or digest "
-        "(offline); default $COMPACTD_SUMMARY_PROVIDER, else none (replay: digest)",
+        "(offline); default $COMPACTD_SUMMARY_PROVIDER, else anthropic when ANTHROPIC_API_KEY "
+        "is set, else none (replay: digest)",
     )
     p.add_argument(
         "--summary-model",
@@ -706,13 +730,26 @@ async def _resolve_session(ns: argparse.Namespace, client: CompactdClient) -> No
     ns.session = matches[0]
 
 
+def default_provider(ns: argparse.Namespace) -> str | None:
+    """The summary provider of the daemon a command spawns: `--summary-provider`, else
+    $COMPACTD_SUMMARY_PROVIDER (the daemon reads it), else anthropic when ANTHROPIC_API_KEY
+    is set — a user with a key expects `compact` to work — else none."""
+    if ns.summary_provider or os.environ.get("COMPACTD_SUMMARY_PROVIDER"):
+        return ns.summary_provider
+    return "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else None
+
+
 def daemon_args(ns: argparse.Namespace) -> list[str]:
     """The `serve` options a client command passes on to the daemon it spawns."""
     args: list[str] = []
-    for flag in ("store", "summary_provider", "summary_model"):
-        value = getattr(ns, flag, None)
+    provider = default_provider(ns)
+    for flag, value in (
+        ("--store", ns.store),
+        ("--summary-provider", provider),
+        ("--summary-model", ns.summary_model),
+    ):
         if value:
-            args += [f"--{flag.replace('_', '-')}", value]
+            args += [flag, value]
     if ns.session_config:
         args += ["--config", orjson.dumps(ns.session_config).decode()]
     if ns.verbose >= 2:

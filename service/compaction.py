@@ -133,7 +133,9 @@ async def compact(
     summary = next((e for e in outcome.events if e.tier == "summary"), None)
     applied = bool(summary and summary.applied)
     if summary is not None and not applied and summary.details.get("failed"):
-        raise ProviderFailure(summary.reason, tier="summary")
+        raise ProviderFailure(
+            summary.reason, tier="summary", failure=summary.details.get("failure")
+        )
     return CompactResult(
         applied=applied,
         tokens_before=outcome.tokens_before,

@@ -42,12 +42,14 @@ class Cli:
         self.data_dir = data_dir
         self.cwd = cwd
 
-    def __call__(self, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+    def __call__(
+        self, *args: str, code: int = 0, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
             [SCRIPT, *args],
             capture_output=True,
             text=True,
-            env=env_for(self.data_dir),
+            env={**env_for(self.data_dir), **(env or {})},
             cwd=self.cwd,
             timeout=300,
         )
@@ -264,10 +266,71 @@ def test_a_dry_run_writes_nothing(tmp_path: Path) -> None:
     assert data_bytes(cli.data_dir) != before
 
 
-def test_snip(cli: Cli) -> None:
-    sid = cli("import", "--new", str(SWE)).stdout.strip()
-    done = cli("snip", sid, "--target", "2000")
-    assert done.stdout.startswith(("snipped", "nothing snipped"))
+def test_snip_and_compact_that_change_nothing_exit_alike(cli: Cli) -> None:
+    """Exit 1 when the command changed nothing (a snip already under its target, a compact
+    with nothing to summarize), 0 when it did."""
+    chat = cli.cwd / "chat.json"  # your own agent's log: ten turns of plain talk
+    turns = [
+        {"role": role, "content": f"{role} {t}: " + "words of the conversation " * 150}
+        for t in range(10)
+        for role in ("user", "assistant")
+    ]
+    chat.write_text(json.dumps(turns))
+    sid = cli("import", str(chat)).stdout.strip()
+    assert cli("snip", sid, "--target", "1000000", code=1).stdout.startswith("nothing snipped")
+    short = cli(
+        "compact", sid, "--set", "summaryKeepTurns=20", "--summary-provider", "digest", code=1
+    )
+    assert short.stdout.startswith("not compacted: short history")
+    assert cli("snip", sid, "--target", "3000").stdout.startswith("snipped")
+
+
+def test_compact_without_a_provider_names_the_option(cli: Cli, session: str) -> None:
+    done = cli("compact", session, code=1)
+    assert "no summary provider is configured" in done.stdout
+    assert "--summary-provider digest|anthropic|client" in done.stdout
+
+
+def test_an_anthropic_key_makes_anthropic_the_default_provider(tmp_path: Path) -> None:
+    """With ANTHROPIC_API_KEY set and no provider named, `compact` asks Anthropic (here the
+    loopback fake through the real SDK)."""
+    from tests.support.fake_anthropic import FakeAnthropicProcess
+
+    cli = Cli(tmp_path / "data", tmp_path)
+    sid = cli("import", str(SMALL)).stdout.strip()
+    compact = ("compact", sid, "--window", "32000", "--set", "summaryKeepTurns=1", "--json")
+    with FakeAnthropicProcess() as fake:
+        key = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.base_url}
+        done = json.loads(cli(*compact, env=key).stdout)
+        asked = [r for r in fake.requests() if r["path"].endswith("/messages")]
+    assert done["applied"] is True and done["provider"] == "anthropic"
+    assert asked, "the summary was not asked of Anthropic"
+    # a provider named (the option or the variable) still wins over the key
+    named = {**key, "COMPACTD_SUMMARY_PROVIDER": "digest"}
+    again = cli("import", "--new", str(SMALL)).stdout.strip()
+    assert json.loads(cli(*compact[:1], again, *compact[2:], env=named).stdout)["provider"] == (
+        "digest"
+    )
+
+
+def test_compact_over_its_call_bound_says_what_to_do(cli: Cli) -> None:
+    """A range that needs more summary calls than `summaryMaxCalls` allows fails before the
+    first call, and the CLI names the two ways out."""
+    sid = cli("import", "--new", str(SMALL)).stdout.strip()
+    bound = ["--set", "summaryInputMaxTokens=2000", "--set", "summaryMaxCalls=1"]
+    done = cli(
+        "compact",
+        sid,
+        *bound,
+        "--set",
+        "summaryKeepTurns=1",
+        "--summary-provider",
+        "digest",
+        code=2,
+    )
+    assert "more than summaryMaxCalls (1); the provider was not called" in done.stderr
+    assert f"compactd render {sid} --cascade` runs the cheaper tiers first" in done.stderr
+    assert "--set summaryMaxCalls=N" in done.stderr
 
 
 # ---- replay --------------------------------------------------------------------------------
