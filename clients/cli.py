@@ -90,6 +90,20 @@ def _warn(ns: argparse.Namespace, warnings: list[str], always: bool = False) -> 
         console.print(f"… {len(warnings) - len(shown)} more warning(s) (-v shows them)")
 
 
+# the daemon's words for request parameters, and the flags that set them here
+CLI_WORDS = {"window and maxOutputTokens": "--window and --max-output-tokens"}
+
+
+def in_cli_words(warnings: list[str]) -> list[str]:
+    """The daemon's warnings with its parameter names as this command's flags."""
+    out = []
+    for warning in warnings:
+        for wire, flags in CLI_WORDS.items():
+            warning = warning.replace(wire, flags)
+        out.append(warning)
+    return out
+
+
 def _print_json(value: Any) -> None:
     sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
 
@@ -187,7 +201,7 @@ async def cmd_sessions(ns: argparse.Namespace, client: CompactdClient) -> int:
 async def cmd_context(ns: argparse.Namespace, client: CompactdClient) -> int:
     if ns.cascade:  # the panel of the request the cascade makes (written unless --dry-run)
         result = await _cascade_render(ns, client)
-        _warn(ns, result.warnings, always=True)
+        _warn(ns, in_cli_words(result.warnings), always=True)
         if ns.json:
             _print_json(unstructure(result.tokens) | {"events": unstructure(result.events)})
             return EXIT_OK
@@ -199,7 +213,7 @@ async def cmd_context(ns: argparse.Namespace, client: CompactdClient) -> int:
         console.print(build_panel(unstructure(result.tokens), title=title))
         return EXIT_OK
     measure = await client.measure(ns.session, branch=ns.branch, **_budget(ns))
-    _warn(ns, measure.warnings, always=True)
+    _warn(ns, in_cli_words(measure.warnings), always=True)
     data = unstructure(measure)
     if ns.json:
         _print_json(data)
@@ -234,7 +248,7 @@ def _print_events(console: Console, events: list[CompactionEvent]) -> None:
 
 async def cmd_render(ns: argparse.Namespace, client: CompactdClient) -> int:
     result = await _cascade_render(ns, client)
-    _warn(ns, result.warnings, always=True)
+    _warn(ns, in_cli_words(result.warnings), always=True)
     tokens = result.tokens
     if ns.json:
         _print_json(unstructure(result))

@@ -474,10 +474,15 @@ class Engine:
     def measure_advice(self, session: Session, rendered: Rendered) -> str | None:
         policy = self.policy(session)
         share = rendered.total / rendered.budget.limit if rendered.budget.limit else 0.0
+        if share > 1:  # the panel says by how many tokens
+            return (
+                f"The context is {share:.0%} of its limit: a render with the cascade compacts "
+                "it, or /compact now (optionally with instructions on what to keep)."
+            )
         if share >= policy.manual_compact_advice:
             return (
-                f"The context is {share:.0%} full. Consider /compact now (optionally with "
-                "instructions on what to keep) rather than waiting for auto-compact."
+                f"The context is {share:.0%} of its limit. Consider /compact now (optionally "
+                "with instructions on what to keep) rather than waiting for auto-compact."
             )
         return None
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..context.budget import known_model, model_spec
+from ..context.budget import Budget, known_model
 from ..context.engine import RenderParams as EngineRenderParams
 from ..context.policy import policy_from_config
 from ..context.recall import recall
@@ -21,6 +21,8 @@ from .rpc import rpc
 
 if TYPE_CHECKING:
     from .server import CompactdServer
+
+WINDOW_PARAMS = "window and maxOutputTokens"  # a client may name them in its own words
 
 
 def engine_params(p: t.RenderParams | t.CompactParams | t.SnipParams) -> EngineRenderParams:
@@ -47,13 +49,13 @@ def engine_params(p: t.RenderParams | t.CompactParams | t.SnipParams) -> EngineR
     return EngineRenderParams(view=view, spec=spec)
 
 
-def assumptions(p: t.RenderParams) -> list[str]:
-    """What the budget assumed that the client did not say: an unknown model's window."""
+def assumptions(p: t.RenderParams, budget: Budget) -> list[str]:
+    """What the budget assumed that the client did not say: an unknown model's window, and
+    the output reserve the request was then measured with (the one the panel shows)."""
     if p.model and p.window is None and not known_model(p.model):
-        spec = model_spec(p.model)
         return [
-            f"unknown model {p.model!r}: assumed a {spec.window:,}-token window and "
-            f"{spec.max_output:,} output tokens (pass window and maxOutputTokens to say)"
+            f"unknown model {p.model!r}: assumed a {budget.window:,}-token window and a "
+            f"{budget.output_reserve:,}-token output reserve ({WINDOW_PARAMS} say otherwise)"
         ]
     return []
 
@@ -189,7 +191,7 @@ def register(server: Any, app: App) -> None:
             render_tokens(rendered.tokens()),
             [compaction_event(e) for e in events],
             rendered.headers,
-            assumptions(p),
+            assumptions(p, rendered.budget),
         )
 
     @rpc(server, m.CONTEXT_MEASURE)
@@ -208,7 +210,7 @@ def register(server: Any, app: App) -> None:
             advice=engine.measure_advice(session, rendered),
             turns=tokens["turns"],
             turns_shown=tokens["turnsShown"],
-            warnings=assumptions(p),
+            warnings=assumptions(p, rendered.budget),
         )
 
     @rpc(server, m.CONTEXT_COMPACT)

@@ -185,8 +185,29 @@ def test_render_over_the_limit_warns_and_fails(cli: Cli, session: str) -> None:
 
 
 def test_an_unknown_model_says_which_window_it_assumed(cli: Cli, session: str) -> None:
+    """The warning names the window and the output reserve the panel shows, and the flags
+    that say otherwise."""
     done = cli("context", session, "--model", "my-own-model")
     assert "unknown model 'my-own-model'" in done.stderr and "200,000-token window" in done.stderr
+    reserve = next(line for line in done.stdout.splitlines() if "Output reserve" in line).split()
+    assert f"a {reserve[3]}-token output reserve" in done.stderr, (reserve, done.stderr)
+    assert "(--window and --max-output-tokens say otherwise)" in done.stderr
+
+
+def test_an_over_full_panel_says_by_how_much(cli: Cli, session: str) -> None:
+    """No negative free space: the panel says by how many tokens the request is over its
+    limit, and the grid shows what fills it."""
+    measured = json.loads(cli("context", session, "--window", "2000", "--json").stdout)
+    over = measured["total"] - measured["limit"]
+    assert over > 0
+    panel = cli("context", session, "--window", "2000").stdout
+    assert "Free space" not in panel and "-" + f"{over:,}" not in panel
+    (row,) = [line for line in panel.splitlines() if "Over the limit by" in line]
+    assert row.split()[5] == f"{over:,}", row
+    assert f"The request is {over:,} tokens over its limit of {measured['limit']:,}" in panel
+    assert "of its limit: a render with the cascade compacts it" in " ".join(panel.split())
+    grid = "".join(panel.splitlines()[1:11])
+    assert "⛝" in grid  # the output reserve has its cells: the grid is scaled to what fills it
 
 
 def test_compact_with_config_from_the_command_line(cli: Cli) -> None:
@@ -342,6 +363,36 @@ def test_replay_json_and_plot(cli: Cli) -> None:
     report = json.loads(done.stdout)
     assert set(report["totals"]) == {"compactd", "baseline", "recorded"}
     assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_replay_table_fits_80_columns_with_its_savings(cli: Cli) -> None:
+    """Every line of the report (steps too) within 80 columns, no header cut, the savings
+    against no management and the recorded run as the JSON's costs give them, and each term
+    explained in `replay -h`."""
+    args = ("-q", "replay", str(SMALL), "--window", "48000")
+    report = json.loads(cli(*args, "--json").stdout)
+    text = cli(*args, "--steps", env={"COLUMNS": "80"}).stdout
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text
+    costs = {name: t["cost"] for name, t in report["totals"].items()}
+    saved = f"{1 - costs['compactd'] / costs['baseline']:.1%}"
+    row = next(line for line in text.splitlines() if line.startswith("saved vs no management"))
+    assert row.split()[4] == saved, row
+    row = next(line for line in text.splitlines() if line.startswith("saved vs the recorded"))
+    assert row.split()[5] == f"{1 - costs['compactd'] / costs['recorded']:.1%}", row
+    assert "cost (input-token eq.)" in text and "no management" in text
+    explained = cli("replay", "-h", env={"COLUMNS": "80"}).stdout
+    for term in ("input-token equivalents", "cache rewrites", "over the limit", "unsummarized"):
+        assert term in explained
+    assert max(len(line) for line in explained.splitlines()) <= 80
+
+
+def test_a_plot_into_a_missing_folder_is_one_line_before_the_replay(cli: Cli) -> None:
+    done = cli("replay", str(SMALL), "--plot", "no/such/folder/replay.png", code=2)
+    assert done.stderr.strip().splitlines() == [
+        "compactd: --plot no/such/folder/replay.png: the folder 'no/such/folder' does not exist"
+    ]
+    assert done.stdout == ""  # no report: the replay did not run (it used to, then fail)
 
 
 def test_replay_with_a_failing_provider_says_so_and_fails(cli: Cli) -> None:
