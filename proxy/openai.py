@@ -26,6 +26,7 @@ from ..context.decompose import Spec, from_anthropic, from_openai
 from ..context.recall import RECALL_TOOL
 from ..context.recall import TOOL_NAME as RECALL_NAME
 from .anthropic import ApiError, invalid
+from .http import response_headers
 from .sse import Event, EventSplitter, encode
 
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/responses")
@@ -361,7 +362,7 @@ async def responses(proxy: Any, request: web.Request) -> web.StreamResponse:
         model,
         decompose=from_anthropic,
         config=SESSION_CONFIG,
-        api="responses",
+        wire="responses",
     )
     if placed is None:
         return await proxy._plain(request, body)
@@ -375,7 +376,7 @@ async def responses(proxy: Any, request: web.Request) -> web.StreamResponse:
         "anthropic",
     )
     params = _uncached(params)
-    recall = proxy.settings.recall
+    recall = proxy.recall_on(placed)
 
     def build(rendered: Any) -> dict[str, Any]:
         out = dict(body)
@@ -424,7 +425,7 @@ async def chat_completions(proxy: Any, request: web.Request) -> web.StreamRespon
         model,
         decompose=_chat_specs,
         config=SESSION_CONFIG,
-        api="chat",
+        wire="chat",
     )
     if placed is None:
         return await proxy._plain(request, body)
@@ -441,7 +442,7 @@ async def chat_completions(proxy: Any, request: web.Request) -> web.StreamRespon
         )
     )
     stream = body.get("stream") is True
-    recall = proxy.settings.recall and not stream  # a streamed call cannot be held back here
+    recall = proxy.recall_on(placed) and not stream  # a streamed call cannot be held back
 
     def build(rendered: Any) -> dict[str, Any]:
         out = dict(body)
@@ -514,8 +515,10 @@ async def _exchange(
                 overflow = overflow_of(upstream.status, data)
                 if overflow is not None and attempt == 0:
                     proxy.counts["overflow_retries"] += 1
-                    rendered = await proxy._render(placed, params, overflow=overflow)
-                    continue
+                    retried = await proxy._rerender(placed, params, overflow)
+                    if retried is not None:
+                        rendered = retried
+                        continue
                 proxy.counts["upstream_errors"] += 1
                 return web.Response(status=upstream.status, body=data, headers=_headers(upstream))
             relay = stream_kind(recall=params.spec.recall is True)
@@ -562,9 +565,7 @@ async def _exchange(
 
 
 def _headers(upstream: aiohttp.ClientResponse) -> dict[str, str]:
-    from .server import _response_headers
-
-    return _response_headers(upstream)
+    return response_headers(upstream)
 
 
 def overflow_of(status: int, data: bytes) -> Any:

@@ -36,6 +36,7 @@ from ..service.compaction import render_with_cascade
 from . import anthropic as api
 from . import openai as oai
 from .history import match, request_fingerprints, sorted_specs
+from .http import HOP_BY_HOP, Upstream, response_headers
 from .recall import answer, as_note
 from .relay import Relay, visible_content
 from .sse import EventSplitter
@@ -43,22 +44,6 @@ from .summarizer import AUTH_HEADERS, RELAYED_HEADERS, Credentials
 
 log = logging.getLogger("compactd.proxy")
 
-HOP_BY_HOP = frozenset(
-    {
-        "host",
-        "content-length",
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "te",
-        "trailer",
-        "upgrade",
-        "proxy-authorization",
-        "proxy-connection",
-        "accept-encoding",
-        "content-encoding",
-    }
-)
 MAX_FOLLOW_UPS = 3
 """Recall rounds one client request may take (the model asking again and again is a loop)."""
 FRESH_SECONDS = 30.0
@@ -72,7 +57,6 @@ class ProxySettings:
     anthropic_upstream: str = "https://api.anthropic.com"
     openai_upstream: str = "https://api.openai.com"
     window: int | None = None  # caps every request's window
-    recall: bool = True  # the proxy offers and answers `compactd_recall`
     upstream_timeout_seconds: float = 600.0
 
 
@@ -171,7 +155,7 @@ class Proxy:
         async with self._send("GET", base, request, None, {}) as upstream:
             data = await upstream.read()
             return web.Response(
-                status=upstream.status, body=data, headers=_response_headers(upstream)
+                status=upstream.status, body=data, headers=response_headers(upstream)
             )
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
@@ -216,11 +200,13 @@ class Proxy:
                             "then one retry",
                             placed.session_id,
                         )
-                        rendered = await self._render(placed, params, overflow=overflow)
-                        continue
+                        retried = await self._rerender(placed, params, overflow)
+                        if retried is not None:
+                            rendered = retried
+                            continue
                     self.counts["upstream_errors"] += 1
                     return web.Response(
-                        status=upstream.status, body=data, headers=_response_headers(upstream)
+                        status=upstream.status, body=data, headers=response_headers(upstream)
                     )
                 if req.stream:
                     return await self._stream_anthropic(
@@ -251,7 +237,7 @@ class Proxy:
         ) as upstream:
             data = await upstream.read()
             return web.Response(
-                status=upstream.status, body=data, headers=_response_headers(upstream)
+                status=upstream.status, body=data, headers=response_headers(upstream)
             )
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
@@ -298,7 +284,7 @@ class Proxy:
         *,
         decompose: Callable[[Any], list[Spec]] = from_anthropic,
         config: dict[str, Any] | None = None,
-        api: str = "anthropic",
+        wire: str = "anthropic",
     ) -> Placed | None:
         """Put the request's history into its session: the new tail appended to the branch it
         extends, or to a branch forked where the client's history leaves the session's."""
@@ -309,10 +295,10 @@ class Proxy:
             raise api.invalid(str(exc)) from None
         upstream = (
             self.settings.anthropic_upstream
-            if api == "anthropic"
+            if wire == "anthropic"
             else self.settings.openai_upstream
         )
-        self.credentials[sid] = Credentials(_relayed(request.headers), model, api, upstream)
+        self.credentials[sid] = Credentials(_relayed(request.headers), model, wire, upstream)
         async with self.app.registry.lock(sid):
             if not self.engine.library.exists(sid) and sid not in self.engine.sessions:
                 self.engine.open(sid, config, {"source": "proxy", "client": _agent(request)})
@@ -333,8 +319,8 @@ class Proxy:
                         branch,
                     )
                 tail = specs[found.shared :]
-                if tail:
-                    session.append(tail, branch=branch)
+                if tail:  # the client resends it with every request: no fsync to wait for
+                    session.append(tail, branch=branch, durable=False)
             except (InvalidPairing, InvalidGraph) as exc:
                 log.warning(
                     "session %s: the client's history cannot be kept (%s); this request goes "
@@ -369,9 +355,13 @@ class Proxy:
             format=format,
             cache=format == "anthropic",
             cache_ttl=cache_ttl,
-            recall=self.settings.recall,
+            recall=None,  # the session's `recall` (on in the proxy unless configured off)
         )
         return RenderParams(view=ViewOptions(branch=branch), spec=spec)
+
+    def recall_on(self, placed: Placed) -> bool:
+        """Whether this session's requests carry `compactd_recall` (the proxy then answers it)."""
+        return self.engine.policy(self.engine.session(placed.session_id)).recall
 
     def window_for(self, model: str) -> int | None:
         """`--window` caps the model's own window; without it the model table decides."""
@@ -387,6 +377,19 @@ class Proxy:
             self.app, placed.session_id, params, None, reported, None
         )
         return rendered
+
+    async def _rerender(
+        self, placed: Placed, params: RenderParams, overflow: Any
+    ) -> Rendered | None:
+        """Tier 5's render after the upstream's prompt-too-long, or None when it cannot make
+        the request smaller (the client then gets the upstream's own error)."""
+        try:
+            return await self._render(placed, params, overflow=overflow)
+        except CompactdError as exc:
+            log.warning(
+                "session %s: Tier 5 could not shrink the request: %s", placed.session_id, exc
+            )
+            return None
 
     async def report(
         self,
@@ -409,6 +412,7 @@ class Proxy:
                     estimated=rendered.estimate,
                     sent=rendered.sent_estimate,
                     applied_edits=applied_edits or None,
+                    durable=False,
                 )
             except CompactdError as exc:
                 log.warning("session %s: usage not recorded: %s", placed.session_id, exc)
@@ -440,9 +444,9 @@ class Proxy:
         outgoing: dict[str, Any],
         headers: dict[str, str | None],
     ) -> web.StreamResponse:
-        response = web.StreamResponse(status=200, headers=_response_headers(upstream))
+        response = web.StreamResponse(status=200, headers=response_headers(upstream))
         await response.prepare(request)
-        relay = Relay(recall=self.settings.recall)
+        relay = Relay(recall=self.recall_on(placed))
         await _relay_stream(upstream, relay, response)
         body = outgoing
         for _ in range(MAX_FOLLOW_UPS):
@@ -483,12 +487,13 @@ class Proxy:
         try:
             message = orjson.loads(data)
         except orjson.JSONDecodeError:
-            return web.Response(status=200, body=data, headers=_response_headers(upstream))
+            return web.Response(status=200, body=data, headers=response_headers(upstream))
         first = message
+        recall = self.recall_on(placed)
         content = list(message.get("content") or [])
         body = outgoing
         for _ in range(MAX_FOLLOW_UPS):
-            relay = Relay(recall=self.settings.recall)
+            relay = Relay(recall=recall)
             relay.assembly.blocks = dict(enumerate(message.get("content") or []))
             calls = relay.follow_up_calls()
             if not calls:
@@ -501,14 +506,14 @@ class Proxy:
                     break
                 message = orjson.loads(await follow.read())
                 content = [*content, *(message.get("content") or [])]
-        relay = Relay(recall=self.settings.recall)
+        relay = Relay(recall=recall)
         relay.assembly.blocks = dict(enumerate(content))
         self._keep_mixed(placed, relay)
-        answer_body = {**message, "content": visible_content(content, self.settings.recall)}
+        answer_body = {**message, "content": visible_content(content, recall)}
         applied = (first.get("context_management") or {}).get("applied_edits")
         await self.report(placed, req.model, rendered, first.get("usage"), applied)
         return web.json_response(
-            answer_body, status=200, dumps=_dumps, headers=_response_headers(upstream, json=True)
+            answer_body, status=200, dumps=_dumps, headers=response_headers(upstream, json=True)
         )
 
     def _follow_up(
@@ -592,7 +597,7 @@ class Proxy:
         if body is not None:
             headers["content-type"] = "application/json"
             data = orjson.dumps(body)
-        return _Upstream(self.http, method, url, headers, data, lambda: self.answered(base))
+        return Upstream(self.http, method, url, headers, data, lambda: self.answered(base))
 
     async def _plain(self, request: web.Request, body: Any) -> web.StreamResponse:
         """A request the proxy could not manage, sent on unchanged and relayed as it comes."""
@@ -603,53 +608,13 @@ class Proxy:
         )
         async with self._send("POST", base, request, body, {}) as upstream:
             response = web.StreamResponse(
-                status=upstream.status, headers=_response_headers(upstream)
+                status=upstream.status, headers=response_headers(upstream)
             )
             await response.prepare(request)
             async for chunk in upstream.content.iter_any():
                 await response.write(chunk)
             await response.write_eof()
             return response
-
-
-class _Upstream:
-    """`async with` one upstream request; a refused connection is the API's 502, never a
-    traceback, and never names the request's headers."""
-
-    def __init__(
-        self,
-        http: aiohttp.ClientSession,
-        method: str,
-        url: str,
-        headers: dict[str, str],
-        data: bytes | None,
-        on_answer: Callable[[], None],
-    ) -> None:
-        self._cm = http.request(method, url, headers=headers, data=data)
-        self._url = url.split("?", 1)[0]
-        self._on_answer = on_answer
-
-    async def __aenter__(self) -> aiohttp.ClientResponse:
-        try:
-            response = await self._cm.__aenter__()
-            self._on_answer()
-            return response
-        except aiohttp.ClientConnectorError as exc:
-            raise api.ApiError(
-                502,
-                "api_error",
-                f"compactd's proxy could not reach the upstream at {self._url}: "
-                f"{exc.os_error.strerror or exc.os_error}",
-            ) from None
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise api.ApiError(
-                502,
-                "api_error",
-                f"compactd's proxy lost the upstream at {self._url}: {type(exc).__name__}",
-            ) from None
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._cm.__aexit__(*exc)
 
 
 async def _relay_stream(
@@ -691,15 +656,6 @@ async def _json_body(request: web.Request) -> Any:
         raise api.invalid(
             "There was an error parsing the body of your request: invalid JSON"
         ) from None
-
-
-def _response_headers(upstream: aiohttp.ClientResponse, json: bool = False) -> dict[str, str]:
-    """The upstream's headers the client should see (its request id above all)."""
-    out = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
-    if json:
-        out.pop("Content-Type", None)
-        out.pop("content-type", None)
-    return out
 
 
 def _overflow(status: int, data: bytes) -> Any:

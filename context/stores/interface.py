@@ -88,8 +88,11 @@ class SessionStore(Protocol):
         """A new log holding `events`; fails if the session exists. Returns the cursor."""
         ...
 
-    def append(self, session_id: str, events: list[dict[str, Any]]) -> int:
-        """Append under `locked`; returns the cursor after the append, once it is durable."""
+    def append(self, session_id: str, events: list[dict[str, Any]], *, durable: bool = True) -> int:
+        """Append under `locked`; returns the cursor after the append, once it is durable —
+        or, with `durable=False`, once it is written and only a crash of the machine itself
+        could lose it (for copies of what a client holds and sends again anyway: the proxy's
+        appends of a history the client resends with every request)."""
         ...
 
     def claim(self, session_id: str) -> contextlib.AbstractContextManager[bool]:
