@@ -38,7 +38,7 @@ from . import openai as oai
 from .history import match, request_fingerprints, sorted_specs
 from .http import HOP_BY_HOP, Upstream, response_headers
 from .recall import answer, as_note
-from .relay import Relay, visible_content
+from .relay import Relay, follow_up_calls, mixed_recall_calls, visible_content
 from .sse import EventSplitter
 from .summarizer import AUTH_HEADERS, RELAYED_HEADERS, Credentials
 
@@ -185,38 +185,28 @@ class Proxy:
                     request.headers.get("anthropic-beta"), rendered.headers.get("anthropic-beta")
                 )
             }
-            upstream_cm = self._send(
+            async with self._send(
                 "POST", self.settings.anthropic_upstream, request, outgoing, headers
-            )
-            upstream = await upstream_cm.__aenter__()
-            try:
-                if upstream.status != 200:
-                    data = await upstream.read()
-                    overflow = _overflow(upstream.status, data)
-                    if overflow is not None and attempt == 0:
-                        self.counts["overflow_retries"] += 1
-                        log.info(
-                            "session %s: the upstream said the prompt is too long; Tier 5, "
-                            "then one retry",
-                            placed.session_id,
-                        )
-                        retried = await self._rerender(placed, params, overflow)
-                        if retried is not None:
-                            rendered = retried
-                            continue
-                    self.counts["upstream_errors"] += 1
-                    return web.Response(
-                        status=upstream.status, body=data, headers=response_headers(upstream)
-                    )
-                if req.stream:
-                    return await self._stream_anthropic(
-                        request, upstream, req, rendered, placed, outgoing, headers
-                    )
-                return await self._json_anthropic(
-                    request, upstream, req, rendered, placed, outgoing, headers
+            ) as upstream:
+                if upstream.status == 200:
+                    relay = self._stream_anthropic if req.stream else self._json_anthropic
+                    return await relay(request, upstream, req, rendered, placed, outgoing, headers)
+                data = await upstream.read()
+            overflow = _overflow(upstream.status, data)
+            if overflow is not None and attempt == 0:
+                self.counts["overflow_retries"] += 1
+                log.info(
+                    "session %s: the upstream said the prompt is too long; Tier 5, then one retry",
+                    placed.session_id,
                 )
-            finally:
-                await upstream_cm.__aexit__(None, None, None)
+                retried = await self._rerender(placed, params, overflow)
+                if retried is not None:
+                    rendered = retried
+                    continue
+            self.counts["upstream_errors"] += 1
+            return web.Response(
+                status=upstream.status, body=data, headers=response_headers(upstream)
+            )
         raise AssertionError("unreachable")
 
     async def count_tokens(self, request: web.Request) -> web.StreamResponse:
@@ -466,7 +456,7 @@ class Proxy:
                     )
                     break
                 await _relay_stream(follow, relay, response)
-        self._keep_mixed(placed, relay)
+        self._keep_mixed(placed, relay.assembly.content, relay.recall)
         await response.write_eof()
         first = relay.reported
         applied = (first.context_management or {}).get("applied_edits")
@@ -493,9 +483,7 @@ class Proxy:
         content = list(message.get("content") or [])
         body = outgoing
         for _ in range(MAX_FOLLOW_UPS):
-            relay = Relay(recall=recall)
-            relay.assembly.blocks = dict(enumerate(message.get("content") or []))
-            calls = relay.follow_up_calls()
+            calls = follow_up_calls(message.get("content") or [], recall)
             if not calls:
                 break
             body = self._follow_up(body, message.get("content") or [], placed, calls)
@@ -506,9 +494,7 @@ class Proxy:
                     break
                 message = orjson.loads(await follow.read())
                 content = [*content, *(message.get("content") or [])]
-        relay = Relay(recall=recall)
-        relay.assembly.blocks = dict(enumerate(content))
-        self._keep_mixed(placed, relay)
+        self._keep_mixed(placed, content, recall)
         answer_body = {**message, "content": visible_content(content, recall)}
         applied = (first.get("context_management") or {}).get("applied_edits")
         await self.report(placed, req.model, rendered, first.get("usage"), applied)
@@ -525,12 +511,7 @@ class Proxy:
     ) -> dict[str, Any]:
         """The request that answers the model's recall calls: the one just sent, its answer,
         and the results (neither reaches the client nor the session)."""
-        results = [answer(self.engine, placed.session_id, placed.branch, c) for c in calls]
-        log.info(
-            "session %s: answered %d compactd_recall call(s) inside the proxy",
-            placed.session_id,
-            len(calls),
-        )
+        results = self._answers(placed, calls)
         messages = [
             *body["messages"],
             {"role": "assistant", "content": content},
@@ -546,8 +527,9 @@ class Proxy:
         )
         return [answer(self.engine, placed.session_id, placed.branch, c) for c in calls]
 
-    def _keep_mixed(self, placed: Placed, relay: Relay) -> None:
-        calls = relay.mixed_recall_calls()
+    def _keep_mixed(self, placed: Placed, content: list[dict[str, Any]], recall: bool) -> None:
+        """Answer the recall calls made beside the client's own, for the next request."""
+        calls = mixed_recall_calls(content, recall)
         if calls:
             notes = [
                 as_note(c, answer(self.engine, placed.session_id, placed.branch, c)) for c in calls

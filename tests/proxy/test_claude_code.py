@@ -70,17 +70,19 @@ def tally(requests: list[dict[str, Any]]) -> dict[str, Any]:
     """What the upstream saw of one run."""
     messages = [r for r in requests if r["path"] == "/v1/messages"]
     answered = [r for r in messages if r["status"] == 200]
-    edits = [
+    edits = [  # of the agent's own requests (compactd's summary calls carry none)
         [e["type"] for e in (r["body"].get("context_management") or {}).get("edits", [])]
         for r in messages
+        if offers_bash(r["body"])
     ]
     compactd_summaries = [
         r for r in messages if not offers_bash(r["body"]) and not is_agent_summary(r["body"])
     ]
     return {
         "edits": edits,
-        "summary_keys": {
-            r["headers"].get("x-api-key") or r["headers"].get("authorization")
+        "summary_keys": {  # the SDK compactd asks with sends the key as a bearer token
+            r["headers"].get("x-api-key")
+            or r["headers"].get("authorization", "").removeprefix("Bearer ")
             for r in compactd_summaries
         },
         "compactd_summaries": len(compactd_summaries),
@@ -133,6 +135,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 "returncode": proxy.returncode if proxy else 0,
                 "data": base / "data",
             }
+    for way in ("direct", "proxy"):  # the figures the README quotes (`pytest -s`)
+        for run in ("first", "resumed"):
+            seen = out[way][f"{run}_seen"]
+            keys = ("requests", "rejected", "largest", "input_tokens")
+            print(f"{CLAUDE.name} {way} {run}:", {k: seen[k] for k in keys if k in seen})
     return out
 
 
