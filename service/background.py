@@ -25,7 +25,8 @@ log = logging.getLogger("compactd.daemon")
 def start(app: App) -> list[Coroutine[Any, Any, None]]:
     """Hook the idle check into first use; the background tasks to run."""
     # a daemon started after the idle period acts as soon as the session is used
-    app.registry.on_first_touch.append(lambda session: run_idle_if_due(app, session))
+    if app.settings.idle_work:
+        app.registry.on_first_touch.append(lambda session: run_idle_if_due(app, session))
     tasks = [idle_loop(app), warm_tokenizer()]
     if app.settings.watch:
         tasks.append(watch_loop(app))
@@ -59,6 +60,8 @@ async def idle_loop(app: App) -> None:
         await asyncio.sleep(app.settings.idle_check_seconds)
         try:
             app.registry.evict_idle()
+            if not app.settings.idle_work:
+                continue
             for sid in app.registry.loaded():
                 if app.registry.lock(sid).locked():
                     continue

@@ -64,12 +64,13 @@ async def drive(
 
 
 async def cascade(app: App, session_id: str, steps: Steps[Outcome], token: str | None) -> Outcome:
-    """One cascade, under the session's lock; every change it made is notified."""
+    """One cascade, under the session's lock; every change it wrote is notified (a preview
+    wrote none)."""
     provider = app.engine.provider_for(app.engine.session(session_id))
     async with app.registry.lock(session_id):
         outcome = await drive(app, session_id, steps, provider=provider, token=token)
     for event in outcome.events:
-        if event.applied:
+        if event.applied and event.record_ids:
             app.notify_compacted(session_id, event)
     if outcome.record_ids:
         settle()  # what the compaction left is long-lived: out of the collector's full passes
@@ -104,9 +105,12 @@ async def render_with_cascade(
     overflow: ProviderError | None,
     reported: Overflow | None,
     token: str | None,
+    *,
+    dry_run: bool = False,
 ) -> tuple[Rendered, list[TierEvent]]:
     """The cascade for one render; `overflow` (given with the render) takes precedence over
-    `reported` (what `context/reportUsage` kept for this render)."""
+    `reported` (what `context/reportUsage` kept for this render). A `dry_run` writes
+    nothing."""
     parsed = parse_overflow(overflow.status, overflow.message) if overflow else reported
     if overflow is not None and parsed is None:
         raise InvalidContent(
@@ -114,9 +118,8 @@ async def render_with_cascade(
             "(HTTP 413, or 400 'prompt is too long: N tokens > M maximum')",
             field="overflow",
         )
-    outcome = await cascade(
-        app, session_id, app.engine.cascade(session_id, params, overflow=parsed), token
-    )
+    steps = app.engine.cascade(session_id, params, overflow=parsed, dry_run=dry_run)
+    outcome = await cascade(app, session_id, steps, token)
     return outcome.rendered, outcome.events
 
 
@@ -130,7 +133,9 @@ async def compact(
     summary = next((e for e in outcome.events if e.tier == "summary"), None)
     applied = bool(summary and summary.applied)
     if summary is not None and not applied and summary.details.get("failed"):
-        raise ProviderFailure(summary.reason, tier="summary")
+        raise ProviderFailure(
+            summary.reason, tier="summary", failure=summary.details.get("failure")
+        )
     return CompactResult(
         applied=applied,
         tokens_before=outcome.tokens_before,
