@@ -50,9 +50,10 @@ class Sleeping:
 def start(app: App) -> list[Coroutine[Any, Any, None]]:
     """Hook the idle check into first use; the background tasks to run."""
     # a daemon started after the idle period acts as soon as the session is used
-    app.registry.on_first_touch.append(lambda session: run_idle_if_due(app, session))
     sleeping = Sleeping(app)
-    app.registry.on_evicting.append(sleeping.remember)
+    if app.settings.idle_work:
+        app.registry.on_first_touch.append(lambda session: run_idle_if_due(app, session))
+        app.registry.on_evicting.append(sleeping.remember)
     tasks = [idle_loop(app, sleeping), warm_tokenizer()]
     if app.settings.watch:
         tasks.append(watch_loop(app))
@@ -87,6 +88,8 @@ async def idle_loop(app: App, sleeping: Sleeping) -> None:
         try:
             sleeping.wake_due(app.engine.clock())
             app.registry.evict_idle()
+            if not app.settings.idle_work:
+                continue
             for sid in app.registry.loaded():
                 if app.registry.lock(sid).locked():
                     continue

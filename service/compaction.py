@@ -65,16 +65,26 @@ async def drive(
 
 
 async def cascade(
-    app: App, session_id: str, steps: Steps[Outcome], token: str | None, *, manual: bool = False
+    app: App,
+    session_id: str,
+    steps: Steps[Outcome],
+    token: str | None,
+    *,
+    manual: bool = False,
+    dry_run: bool = False,
 ) -> Outcome:
-    """One cascade, under the session's lock. Every change it made is notified, and every
+    """One cascade, under the session's lock. Every change it wrote is notified, and every
     compaction that did nothing after all (a summary that failed or gained nothing; with
-    `manual`, the /compact's summary whatever it did), with `applied: false`."""
+    `manual`, the /compact's summary whatever it did), with `applied: false`. A preview
+    (`dry_run`) wrote nothing and notifies nothing."""
     provider = app.engine.provider_for(app.engine.session(session_id))
     async with app.registry.lock(session_id):
         outcome = await drive(app, session_id, steps, provider=provider, token=token)
     for event in outcome.events:
-        if event.applied or event.details.get("attempted") or (manual and event.tier == TIER):
+        if dry_run:
+            break
+        wrote = event.applied and event.record_ids
+        if wrote or event.details.get("attempted") or (manual and event.tier == TIER):
             app.notify_compacted(session_id, event)
     if outcome.record_ids:
         settle()  # what the compaction left is long-lived: out of the collector's full passes
@@ -109,9 +119,12 @@ async def render_with_cascade(
     overflow: ProviderError | None,
     reported: Overflow | None,
     token: str | None,
+    *,
+    dry_run: bool = False,
 ) -> tuple[Rendered, list[TierEvent]]:
     """The cascade for one render; `overflow` (given with the render) takes precedence over
-    `reported` (what `context/reportUsage` kept for this render)."""
+    `reported` (what `context/reportUsage` kept for this render). A `dry_run` writes
+    nothing."""
     parsed = parse_overflow(overflow.status, overflow.message) if overflow else reported
     if overflow is not None and parsed is None:
         raise InvalidContent(
@@ -119,9 +132,8 @@ async def render_with_cascade(
             "(HTTP 413, or 400 'prompt is too long: N tokens > M maximum')",
             field="overflow",
         )
-    outcome = await cascade(
-        app, session_id, app.engine.cascade(session_id, params, overflow=parsed), token
-    )
+    steps = app.engine.cascade(session_id, params, overflow=parsed, dry_run=dry_run)
+    outcome = await cascade(app, session_id, steps, token, dry_run=dry_run)
     return outcome.rendered, outcome.events
 
 

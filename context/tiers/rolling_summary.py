@@ -497,8 +497,9 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
     if run.provider is None:
         run.note(
             TIER,
-            "no summary provider is configured (COMPACTD_SUMMARY_PROVIDER or the "
-            "session's summaryProvider); the LLM tiers were skipped",
+            "no summary provider is configured (--summary-provider digest|anthropic|client, "
+            "COMPACTD_SUMMARY_PROVIDER, or the session's summaryProvider); the LLM tiers "
+            "were skipped",
         )
         return
     proj = run.rendered.projection
