@@ -123,6 +123,7 @@ def provider_failures(report: dict[str, Any]) -> dict[str, int]:
 
 
 RUNS = {"compactd": "compactd", "baseline": "no management", "recorded": "recorded run"}
+ANCHORS = {"compactd": "compactd", "codex": "Codex-like", "opencode": "opencode-like"}
 # the rows of the totals table: each a measure, in the words `replay -h` explains
 MEASURES: tuple[tuple[str, str], ...] = (
     ("cost", "cost (input-token eq.)"),
@@ -133,9 +134,19 @@ MEASURES: tuple[tuple[str, str], ...] = (
     ("cannotFit", "requests that cannot fit"),
     ("cacheReadShare", "read from the cache"),
     ("rewritesPer100", "cache rewrites per 100"),
-    ("llmCalls", "summary calls"),
+    ("llmCalls", "LLM calls"),
     ("removedWithoutSummary", "removed unsummarized"),
     ("requests", "requests"),
+)
+# the rows of the table beside the anchor policies (economy.md)
+ANCHOR_MEASURES: tuple[tuple[str, str], ...] = (
+    ("cost", "cost (input-token eq.)"),
+    ("llmCost", "of which LLM calls"),
+    ("overWindow", "requests over the limit"),
+    ("llmCalls", "LLM calls"),
+    ("llmCallsPer100", "LLM calls per 100"),
+    ("rewritesPer100", "cache rewrites per 100"),
+    ("peak", "largest request (tokens)"),
 )
 EXPLAINED = """\
 The totals table has a column per run: compactd (the cascade at this window),
@@ -143,7 +154,10 @@ no management (every request whole, nothing removed) and the recorded run
 (what the agent sent, from the transcript's usage). Its rows:
   cost              input tokens priced as the provider bills them, in
                     input-token equivalents: a cache read 0.1, a cache write
-                    --write-price, a summary call its input + 5x its output
+                    --write-price, an LLM call its input + 5x its output
+                    (the output counted at no less than 2,000 tokens for a
+                    summary, 100 a collapse segment, 200 a result for tool
+                    evidence; a named cheaper summary model at its price)
   saved vs ...      how much less the column's run cost than that run
                     (negative: it cost more)
   largest request   the peak request, in the provider's tokens
@@ -153,11 +167,20 @@ no management (every request whole, nothing removed) and the recorded run
   read from cache   the share of input tokens read from the prompt cache
   cache rewrites    requests that re-wrote part of the previous request's
                     live cache (read less than 90 % of it), per 100
-  summary calls     LLM calls for summaries and collapses (failed: the
+  LLM calls         calls for summaries, collapses and tool evidence, those
+                    of background preparation included (failed: the
                     provider failed; the figures are then without them)
   removed           tokens cleared or snipped away with no summary of them
   unsummarized
-With sub-agents, a second table shows the main thread alone."""
+With sub-agents, a second table shows the main thread alone. Then compactd
+beside the anchor policies, simulated on the same messages and priced the
+same way: Codex-like (tool output recorded cut to 10,000 characters; after a
+request at 90 % of the window, a summary plus the newest user messages up to
+20K tokens, everything else dropped) and opencode-like (old tool output
+pruned beyond the newest 40K tool tokens; a summary plus the tail of the last
+two user turns at window - min(20K, reserve)). Last, how many checkpoints
+background preparation wrote (during recorded gaps of prepareIdleSeconds)
+and how many of them no compaction used."""
 
 
 def print_report(
@@ -194,6 +217,16 @@ def print_report(
         and main["compactd"]["requests"] < (report["totals"]["compactd"]["requests"])
     ):
         console.print(totals_table(main, None, "main thread"))
+    anchors = main if main and main.get("compactd") else report["totals"]
+    if anchors.get("codex") or anchors.get("opencode"):
+        scope = "main thread" if anchors is main else "all threads"
+        console.print(anchors_table(anchors, f"beside the anchor policies ({scope})"))
+    mine = report["totals"]["compactd"]
+    if mine.get("prepared"):
+        console.print(
+            f"background preparation: {mine['prepared']} checkpoint(s) prepared, "
+            f"{mine['preparedUnused']} never used"
+        )
     recall = report.get("recall")
     if recall:
         console.print(
@@ -213,7 +246,8 @@ def savings(cost: float, other: dict[str, Any] | None) -> str:
 
 def totals_table(totals: dict[str, Any], failed: int | None, title: str) -> Table:
     """One column per run that has figures, one row per measure: fits 80 columns."""
-    runs = [(RUNS.get(name, name), t) for name, t in totals.items() if t is not None]
+    totals = {name: t for name, t in totals.items() if name in RUNS}
+    runs = [(RUNS[name], t) for name, t in totals.items() if t is not None]
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
     table.add_column("")
     for label, _ in runs:
@@ -227,6 +261,22 @@ def totals_table(totals: dict[str, Any], failed: int | None, title: str) -> Tabl
             cells.append(_measure(key, name, t, baseline, recorded, failed))
         if key == "savedVsRecorded" and not recorded:
             continue
+        table.add_row(label, *cells)
+    return table
+
+
+def anchors_table(totals: dict[str, Any], title: str) -> Table:
+    """compactd beside the anchor policies: a column each, a row per measure."""
+    runs = [(label, totals[name]) for name, label in ANCHORS.items() if totals.get(name)]
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    table.add_column("")
+    for label, _ in runs:
+        table.add_column(label, justify="right")
+    for key, label in ANCHOR_MEASURES:
+        cells = []
+        for _, t in runs:
+            value = t.get(key, 0)
+            cells.append(f"{value:.1f}" if key.endswith("Per100") else f"{value:,.0f}")
         table.add_row(label, *cells)
     return table
 
@@ -390,7 +440,7 @@ def plot(report: dict[str, Any], path: str) -> None:
     lines = {"compactd": [], "no management": [], "recorded run": []}
     totals = {name: 0.0 for name in lines}
     for s in steps:
-        totals["compactd"] += s["cost"] + s["summaryInput"] + 5 * s["summaryOutput"]
+        totals["compactd"] += s["cost"] + s["llmCost"]
         totals["no management"] += s.get("baselineCost") or 0.0
         totals["recorded run"] += s.get("recordedCost") or 0.0
         for name in lines:

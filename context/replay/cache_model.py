@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import attrs
 
+from ..budget import input_price
+
 READ = 0.1
 WRITE_5M = 1.25
 WRITE_1H = 2.0
@@ -97,6 +99,31 @@ class CacheModel:
         """A summary request: its input like any request (reading a shared prefix if any),
         its output at the output price."""
         return self.request(blocks, at, output_tokens)
+
+
+SUMMARY_OUTPUT_FLOOR = 2_000  # the spec asks 2,000-5,000 of a real model; the digest writes less
+COLLAPSE_OUTPUT_FLOOR = 100  # a segment summary
+EVIDENCE_OUTPUT_PER_RESULT = 200  # tool evidence: one line of about this many tokens a result
+
+
+def price_call(purpose: str, input_tokens: int, output_tokens: int, results: int = 0) -> float:
+    """One LLM call, in input-token equivalents (economy.md): its input plus 5x its output,
+    the output counted at no less than a real model would write — 2,000 tokens for a
+    summary, 100 for a collapse segment, 200 for each result a tool-evidence call reads."""
+    if purpose == "evidence":
+        return input_tokens + OUTPUT * max(output_tokens, EVIDENCE_OUTPUT_PER_RESULT * results)
+    floor = COLLAPSE_OUTPUT_FLOOR if purpose == "collapse" else SUMMARY_OUTPUT_FLOOR
+    return input_tokens + OUTPUT * max(output_tokens, floor)
+
+
+def summary_price(summary_model: str | None, request_model: str | None) -> float:
+    """What a summary call costs against the request's model, per token: the ratio of their
+    published input prices (output is 5x input for both), 1 when either is unknown or no
+    summary model is named (the request's own model summarizes)."""
+    mine, theirs = input_price(summary_model), input_price(request_model)
+    if not summary_model or mine is None or theirs is None:
+        return 1.0
+    return mine / theirs
 
 
 def price_uncached(tokens: int, output_tokens: int = 0) -> float:

@@ -17,9 +17,10 @@ recording, the model family's prior ratio and a 20,000-token system prompt stand
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import orjson
@@ -30,15 +31,33 @@ from ..errors import CannotFit, Stopped
 from ..importers.apply import OpApplier, steps
 from ..importers.plan import ImportedSession, Note
 from ..render.request import Rendered, RequestSpec
-from ..summarizer.types import Steps
+from ..summarizer.types import Answer, Steps, SummaryFailure, SummaryNeeded
 from ..tiers.base import TierEvent
 from ..tiers.microcompact import CLEAR_EDIT
 from ..tokens import MESSAGE_OVERHEAD, Counter
 from ..visibility import ViewOptions
-from .cache_model import TTL_SECONDS, CacheModel, Charge, price_recorded
+from .anchors import Call, CodexLike, Item, OpencodeLike
+from .cache_model import (
+    TTL_SECONDS,
+    CacheModel,
+    Charge,
+    price_call,
+    price_recorded,
+    summary_price,
+)
 from .recall_counts import RecallCounts
 
+T = TypeVar("T")
+EVIDENCE = "evidence"  # a tool-evidence call's purpose
+REWRITE_SHARE = 0.9  # a request that reads less than this of the previous one re-wrote it
 NO_MANAGEMENT = {"maxToolResultChars": 10**15}
+# Codex records a tool's output cut to 10,000 bytes, half its head and half its tail
+# (prior-art.md §1): the Codex-like anchor's messages
+CODEX_RECORDING = {
+    "maxToolResultChars": 10_000,
+    "truncateHeadChars": 5_000,
+    "truncateTailChars": 5_000,
+}
 REMOVING_TIERS = ("microcompact", "snip")
 DEFAULT_SYSTEM_TOKENS = 20_000  # Claude Code's own system prompt and tools are about this size
 COMPACTION_NOTES = ("compact_boundary", "compacted")  # a recorded compaction ends the fit
@@ -62,6 +81,7 @@ class ReplayOptions:
     # the price of a cache write (None: the documented one, 1.25× for 5 minutes, 2× for an
     # hour; the economy notes' instrument prices every write at 1.25×)
     write_price: float | None = None
+    anchors: bool = True  # price the anchor policies (Codex-like, opencode-like) beside
 
 
 @attrs.frozen
@@ -124,15 +144,19 @@ class Units:
 @attrs.define
 class Totals:
     requests: int = 0
-    cost: float = 0.0
+    cost: float = 0.0  # requests and LLM calls, in input-token equivalents
     peak: int = 0
     over_window: int = 0
     input_tokens: int = 0
     cache_read: int = 0
     cache_write: int = 0
-    llm_calls: int = 0
+    llm_calls: int = 0  # every summary, collapse and tool-evidence call, prepared ones too
+    llm_cost: float = 0.0  # what those calls cost (part of `cost`)
+    evidence_calls: int = 0
     summary_input: int = 0
     summary_output: int = 0
+    prepared: int = 0  # checkpoints written by background preparation
+    prepared_unused: int = 0  # …of which no compaction used
     removed_without_summary: int = 0
     cannot_fit: int = 0
     cache_rewrites: int = 0  # requests that re-wrote part of the previous one's live cache
@@ -148,12 +172,17 @@ class Totals:
         self.cannot_fit += cannot_fit
         self.cache_rewrites += rewrite
 
-    def add_summaries(self, calls: int, inp: int, out: int) -> None:
-        """Summary calls cost their input plus 5× their output."""
-        self.cost += inp + out * 5.0
-        self.llm_calls += calls
-        self.summary_input += inp
-        self.summary_output += out
+    def add_calls(self, calls: list[Call], price: float = 1.0) -> float:
+        """LLM calls priced as economy.md says (`cache_model.price_call`), at `price` times
+        the request's model (a cheaper summary model costs less); returns their cost."""
+        cost = sum(price_call(c.purpose, c.input, c.output, c.results) for c in calls) * price
+        self.cost += cost
+        self.llm_cost += cost
+        self.llm_calls += len(calls)
+        self.evidence_calls += sum(1 for c in calls if c.purpose == EVIDENCE)
+        self.summary_input += sum(c.input for c in calls)
+        self.summary_output += sum(c.output for c in calls)
+        return cost
 
     def add_recorded(self, usage: dict[str, int], cost: float, limit: int) -> None:
         prompt = recorded_prompt(usage)
@@ -173,11 +202,17 @@ class Totals:
     def rewrites_per_100(self) -> float:
         return 100 * self.cache_rewrites / self.requests if self.requests else 0.0
 
+    @property
+    def llm_calls_per_100(self) -> float:
+        return 100 * self.llm_calls / self.requests if self.requests else 0.0
+
     def to_json(self) -> dict[str, Any]:
         out = attrs.asdict(self)
         out["cacheReadShare"] = round(self.cache_read_share, 4)
         out["rewritesPer100"] = round(self.rewrites_per_100, 1)
+        out["llmCallsPer100"] = round(self.llm_calls_per_100, 1)
         out["cost"] = round(self.cost, 1)
+        out["llm_cost"] = round(self.llm_cost, 1)
         return {_camel(k): v for k, v in out.items()}
 
 
@@ -192,10 +227,11 @@ class Step:
     events: list[dict[str, Any]]
     cache_read: int
     cache_write: int
-    cost: float
-    summary_calls: int
-    summary_input: int
-    summary_output: int
+    cost: float  # the request's own cost; `llm_cost` is its LLM calls'
+    llm_calls: int  # summaries, collapses, tool evidence, and preparation after the request
+    llm_cost: float
+    llm_input: int
+    llm_output: int
     cannot_fit: bool
     rewrite: bool = False
     baseline_tokens: int | None = None
@@ -207,7 +243,7 @@ class Step:
         return {_camel(k): v for k, v in attrs.asdict(self).items()}
 
 
-POLICIES = ("compactd", "baseline", "recorded")
+POLICIES = ("compactd", "baseline", "recorded", CodexLike.NAME, OpencodeLike.NAME)
 
 
 @attrs.define
@@ -256,31 +292,49 @@ def request_blocks(rendered: Rendered, counter: Any) -> list[tuple[bytes, int]]:
     (tools, system, then each message's blocks; cache_control marks are not content). With
     Tier 1's server path that is the request after the provider's clear: a clear re-writes
     the cache from the cleared point, by the documented rule."""
+    return [(item.key, item.tokens) for item in request_items(rendered, counter)]
+
+
+def request_items(rendered: Rendered, counter: Any) -> list[Item]:
+    """`request_blocks` with each block's panel category, turn and message (what the anchor
+    policies need to know of it)."""
     request = rendered.seen_request
-    out: list[tuple[bytes, int]] = []
+    out: list[Item] = []
 
     def key(kind: str, value: Any) -> bytes:
         return hashlib.blake2b(kind.encode() + orjson.dumps(value), digest_size=16).digest()
 
     for tool in request.get("tools", []):
         plain = {k: v for k, v in tool.items() if k != "cache_control"}
-        out.append((key("tool", plain), counter.tool_definition(plain)))
+        out.append(Item(key("tool", plain), counter.tool_definition(plain), "tools", -1, -1))
     for block in request.get("system", []):
         plain = {k: v for k, v in block.items() if k != "cache_control"}
-        out.append((key("system", plain), counter.system_block(plain)))
-    parts = [p for msg in rendered.conversation.messages for p in msg.parts]
+        out.append(Item(key("system", plain), counter.system_block(plain), "system", -1, -1))
+    messages = rendered.conversation.messages
+    parts = [(p, m.turn, i) for i, m in enumerate(messages) for p in m.parts]
     wire = [
         (msg["role"], i, b) for msg in request["messages"] for i, b in enumerate(msg["content"])
     ]
     if len(parts) != len(wire):  # not the Anthropic format: count per message
-        for msg in request["messages"]:
+        for i, msg in enumerate(request["messages"]):
             text = orjson.dumps(msg)
-            out.append((key("message", msg), len(text) // 4 + MESSAGE_OVERHEAD))
+            turn = messages[i].turn if len(messages) == len(request["messages"]) else -1
+            out.append(
+                Item(key("message", msg), len(text) // 4 + MESSAGE_OVERHEAD, msg["role"], turn, i)
+            )
         return out
-    for (role, position, block), part in zip(wire, parts, strict=True):
+    for (role, position, block), (part, turn, index) in zip(wire, parts, strict=True):
         plain = {k: v for k, v in block.items() if k != "cache_control"}
         overhead = MESSAGE_OVERHEAD if position == 0 else 0
-        out.append((key(role + str(position == 0), plain), part.tokens + overhead))
+        out.append(
+            Item(
+                key(role + str(position == 0), plain),
+                part.tokens + overhead,
+                part.category,
+                turn,
+                index,
+            )
+        )
     return out
 
 
@@ -322,15 +376,18 @@ class _Recorded:
     index: int
     kind: str  # "main" | "function"
     estimate: int  # compactd's estimate of the messages, as the agent sent them
-    blocks: tuple[tuple[bytes, int], ...]
+    items: tuple[Item, ...]
     time: float
     usage: dict[str, int] | None
     before_compaction: bool
 
 
-def _no_management(engine: Engine, imported: ImportedSession) -> list[_Recorded]:
-    """Render every step as the recorded agent sent it, nothing removed or shortened."""
-    base = engine.library.create(config=dict(NO_MANAGEMENT))
+def _no_management(
+    engine: Engine, imported: ImportedSession, config: dict[str, Any] = NO_MANAGEMENT
+) -> list[_Recorded]:
+    """Render every step as the recorded agent sent it, nothing removed or shortened (or,
+    with another `config`, as an agent that shortens results on arrival would have)."""
+    base = engine.library.create(config=dict(config))
     engine.sessions[base.id] = base
     applier = OpApplier(base, imported.sent)
     base.clock = lambda: applier.now
@@ -354,7 +411,7 @@ def _no_management(engine: Engine, imported: ImportedSession) -> list[_Recorded]
                 index,
                 "main" if call.thread is None else "function",
                 rendered.estimate,
-                tuple(request_blocks(rendered, engine.counter)),
+                tuple(request_items(rendered, engine.counter)),
                 at,
                 call.usage,
                 not compacted,
@@ -418,6 +475,11 @@ def replay(
     model = options.model or imported.model
     recorded = _no_management(engine, imported)
     units = provider_units(recorded, model, options)
+    codex_view = (
+        {r.index: r for r in _no_management(engine, imported, CODEX_RECORDING)}
+        if options.anchors
+        else {}
+    )
     ratio = units.ratio
     systems = {
         kind: synthetic_system(round(tokens / ratio), engine.counter)
@@ -435,15 +497,20 @@ def replay(
     write_price = cache.write_price
     policies = ["compactd"] + ["baseline"] * options.baseline
     policies += ["recorded"] * any(r.usage for r in recorded)
+    policy = engine.policy(session)
+    provider = engine.provider_for(session)
+    meter = Meter(ratio if provider in ("digest", None) else 1.0)
+    price = summary_price(policy.summary_model, model)
+    anchors: list[tuple[Any, CacheModel, dict[str, tuple[float, int]]]] = []
+    by_index = {r.index: r for r in recorded}
+    times = [r.time for r in recorded]
     totals = {p: Totals() for p in policies}
     main = {p: Totals() for p in policies}
     last_request: dict[str, tuple[float, int]] = {}  # thread -> (time, provider tokens)
     base_last: dict[str, tuple[float, int]] = {}
     report_steps: list[Step] = []
-    policy = engine.policy(session)
     previous: float | None = None
     limit = window = 0
-    by_index = {r.index: r for r in recorded}
     recall_counts = RecallCounts()
     for index, step in enumerate(steps(imported)):
         if stopped is not None and stopped():
@@ -473,7 +540,7 @@ def replay(
         )
         cannot_fit = False
         try:
-            outcome = yield from engine.cascade(session.id, params)
+            outcome = yield from meter.through(engine.cascade(session.id, params))
             rendered = outcome.rendered
             events.extend(outcome.events)
         except CannotFit:
@@ -492,10 +559,23 @@ def replay(
                 applied_edits=_applied_edits(rendered, ratio),
             )
         limit, window = rendered.budget.limit, rendered.budget.window
+        if not anchors and options.anchors:
+            anchors = _anchors(units, window, limit, options.ttl, options.write_price)
         charge = cache.request(scaled(request_blocks(rendered, engine.counter), ratio), at)
         rewrite = _rewrote(last_request.get(thread), at, charge, ttl_seconds)
         last_request[thread] = (at, charge.tokens)
-        summary_calls, summary_in, summary_out = _summary_usage(events, ratio)
+        calls = meter.take()
+        prepared = False
+        reused = sum(1 for e in events if e.applied and e.details.get("reused"))
+        ordinal = bisect.bisect_right(times, at)  # the next recorded call, on any thread
+        gap = times[ordinal] - at if ordinal < len(times) else 0.0
+        if gap >= policy.prepare_idle_seconds:  # the daemon's idle loop prepares meanwhile
+            work = engine.prepare(session.id, params)
+            if work is not None:
+                prepared = yield from meter.through(work)
+                preparation = meter.take()
+                calls.extend(preparation)
+                prepared = prepared or bool(preparation)
         applied = [e for e in events if e.applied]
         removed = sum(
             max(0, e.tokens_before - e.tokens_after) for e in applied if e.tier in REMOVING_TIERS
@@ -522,20 +602,25 @@ def replay(
             cache_read=charge.read,
             cache_write=charge.written,
             cost=round(charge.cost, 1),
-            summary_calls=summary_calls,
-            summary_input=summary_in,
-            summary_output=summary_out,
+            llm_calls=len(calls),
+            llm_cost=0.0,
+            llm_input=sum(c.input for c in calls),
+            llm_output=sum(c.output for c in calls),
             cannot_fit=cannot_fit,
             rewrite=rewrite,
         )
         scopes = [totals, main] if call.thread is None else [totals]
         for scope in scopes:
-            scope["compactd"].add(charge, tokens, limit, cannot_fit, rewrite)
-            scope["compactd"].add_summaries(summary_calls, summary_in, summary_out)
-            scope["compactd"].removed_without_summary += removed
+            mine = scope["compactd"]
+            mine.add(charge, tokens, limit, cannot_fit, rewrite)
+            row.llm_cost = round(mine.add_calls(calls, price), 1)
+            mine.removed_without_summary += removed
+            mine.prepared += prepared
+            mine.prepared_unused += prepared - reused  # settled when a preparation is used
+        system_block = (b"system:" + rec.kind.encode(), units.overhead[rec.kind])
+        items = [attrs.evolve(i, tokens=round(i.tokens * ratio)) for i in rec.items]
         if "baseline" in totals:
-            system_block = (b"system:" + rec.kind.encode(), units.overhead[rec.kind])
-            base_blocks = [system_block, *scaled(list(rec.blocks), ratio)]
+            base_blocks = [system_block, *((i.key, i.tokens) for i in items)]
             base_charge = base_cache.request(base_blocks, at)
             base_rewrite = _rewrote(base_last.get(thread), at, base_charge, ttl_seconds)
             base_last[thread] = (at, base_charge.tokens)
@@ -543,6 +628,20 @@ def replay(
                 scope["baseline"].add(base_charge, base_charge.tokens, limit, False, base_rewrite)
             row.baseline_tokens = base_charge.tokens
             row.baseline_cost = round(base_charge.cost, 1)
+        for anchor, anchor_cache, anchor_last in anchors:
+            mine_items = items
+            if anchor.NAME == CodexLike.NAME:
+                mine_items = [
+                    attrs.evolve(i, tokens=round(i.tokens * ratio)) for i in codex_view[index].items
+                ]
+            sent = anchor.request(thread, rec.kind, mine_items)
+            anchor_charge = anchor_cache.request(sent.blocks, at)
+            anchor_rewrite = _rewrote(anchor_last.get(thread), at, anchor_charge, ttl_seconds)
+            anchor_last[thread] = (at, anchor_charge.tokens)
+            for scope in scopes:
+                mine = scope.setdefault(anchor.NAME, Totals())
+                mine.add(anchor_charge, anchor_charge.tokens, limit, False, anchor_rewrite)
+                mine.add_calls(sent.calls)
         if "recorded" in totals and rec.usage:
             prompt = recorded_prompt(rec.usage)
             cost = price_recorded(rec.usage, options.ttl, options.write_price)
@@ -572,26 +671,59 @@ def replay(
     )
 
 
+def _anchors(
+    units: Units, window: int, limit: int, ttl: str, write_price: float | None
+) -> list[tuple[Any, CacheModel, dict[str, tuple[float, int]]]]:
+    """The anchor policies, each with a cache of its own and its threads' last requests."""
+    systems = {kind: (b"system:" + kind.encode(), t) for kind, t in units.overhead.items()}
+    policies: list[Any] = [CodexLike(systems, window), OpencodeLike(systems, window, limit)]
+    return [(p, CacheModel(ttl, write_price=write_price), {}) for p in policies]
+
+
+class Meter:
+    """Every LLM call a cascade or a preparation makes, seen on its way to the driver, in the
+    provider's units (the digest's counts scaled by the replay's ratio)."""
+
+    def __init__(self, scale: float) -> None:
+        self.scale = scale
+        self.calls: list[Call] = []
+
+    def through(self, steps: Steps[T]) -> Steps[T]:
+        """`steps`, passing each summary request on and noting it with its answer."""
+        try:
+            need = next(steps)
+            while True:
+                answer = yield need
+                self.note(need, answer)
+                need = steps.send(answer)
+        except StopIteration as done:
+            return done.value
+        finally:
+            steps.close()
+
+    def note(self, need: SummaryNeeded, answer: Answer) -> None:
+        request = need.request
+        if isinstance(answer, SummaryFailure):
+            inp, out = request.input_tokens_estimate, 0
+        else:
+            inp = answer.input_tokens or request.input_tokens_estimate
+            out = answer.output_tokens
+        results = len(request.items) if request.purpose == EVIDENCE else 0
+        self.calls.append(
+            Call(request.purpose, round(inp * self.scale), round(out * self.scale), results)
+        )
+
+    def take(self) -> list[Call]:
+        calls, self.calls = self.calls, []
+        return calls
+
+
 def _rewrote(
     previous: tuple[float, int] | None, at: float, charge: Charge, ttl_seconds: float
 ) -> bool:
     """A cache-rewriting event: the thread's previous request was still cached, and this one
-    could not read all of it (something before its end changed)."""
+    read less than 90 % of it (something well before its end changed)."""
     if previous is None:
         return False
     when, tokens = previous
-    return at - when < ttl_seconds and charge.read < tokens
-
-
-def _summary_usage(events: list[TierEvent], ratio: float) -> tuple[int, int, int]:
-    """Summary calls of a step and their input and output tokens, in the provider's units
-    (the offline digest reports estimates; a real provider its own count)."""
-    calls = inp = out = 0
-    for event in events:
-        details = event.details
-        if event.tier in ("summary", "collapse") and event.applied:
-            scale = ratio if details.get("provider") in ("digest", None) else 1.0
-            calls += int(details.get("calls") or 0)
-            inp += round(int(details.get("inputTokens") or 0) * scale)
-            out += round(int(details.get("outputTokens") or 0) * scale)
-    return calls, inp, out
+    return at - when < ttl_seconds and charge.read < REWRITE_SHARE * tokens

@@ -82,3 +82,22 @@ def test_recorded_usage_prices_the_three_fields() -> None:
     }
     assert price_recorded(usage) == pytest.approx(10 + 125 + 100)
     assert price_recorded(usage, "1h") == pytest.approx(10 + 200 + 100)
+
+
+def test_llm_calls_are_priced_as_the_economy_notes_say() -> None:
+    """A summary at its input plus 5x its output, the output counted at no less than 2,000
+    tokens (a collapse segment 100); tool evidence at what it reads plus 5x 200 a result."""
+    from compactd.context.replay.cache_model import price_call
+
+    assert price_call("rolling", 30_000, 800) == 30_000 + 5 * 2_000
+    assert price_call("rolling", 30_000, 3_000) == 30_000 + 5 * 3_000
+    assert price_call("collapse", 5_000, 40) == 5_000 + 5 * 100
+    assert price_call("evidence", 12_000, 300, results=4) == 12_000 + 5 * 800
+
+
+def test_a_cheaper_summary_model_is_priced_by_its_published_price() -> None:
+    from compactd.context.replay.cache_model import summary_price
+
+    assert summary_price("claude-haiku-4-5-20251001", "claude-opus-4-6") == 1.0 / 5.0
+    assert summary_price(None, "claude-opus-4-6") == 1.0  # the request's own model
+    assert summary_price("some-local-model", "claude-opus-4-6") == 1.0  # no price known

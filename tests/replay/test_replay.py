@@ -30,14 +30,44 @@ RESERVE = 8_000
 
 @functools.cache
 def run(
-    path: Path, window: int, ttl: str = "1h", system: int | None = SYSTEM, provider: str = "digest"
+    path: Path,
+    window: int,
+    ttl: str = "1h",
+    system: int | None = SYSTEM,
+    provider: str = "digest",
+    write_price: float | None = None,
 ) -> ReplayReport:
     """One replay per set of options, shared by the tests (each takes seconds)."""
     with tempfile.TemporaryDirectory() as tmp:
         engine = Engine(FileStore(tmp), summary_provider=provider)
         imported = load_transcript(str(path))[0]
-        options = ReplayOptions(window=window, reserve=RESERVE, ttl=ttl, system_tokens=system)
+        options = ReplayOptions(
+            window=window, reserve=RESERVE, ttl=ttl, system_tokens=system, write_price=write_price
+        )
         return drive(replay(engine, imported, options), digest_answer)
+
+
+# economy.md's table for 64da7265 (main thread, 1-hour TTL, every write at 1.25x)
+ECONOMY_CODEX_LIKE = {64_000: 853_000, 48_000: 930_000}
+
+
+@pytest.mark.parametrize("window", sorted(ECONOMY_CODEX_LIKE))
+def test_the_codex_like_anchor_agrees_with_the_economy_notes(window: int) -> None:
+    """The instrument that measured the issue's table: the Codex-like policy on the same
+    messages, priced the same way, within 10 % of its figure; and compactd's every LLM call
+    — tool evidence and background preparation included — is counted and priced."""
+    report = run(LARGEST, window, write_price=1.25)
+    codex = report.main["codex"]
+    assert abs(codex.cost / ECONOMY_CODEX_LIKE[window] - 1) <= 0.10
+    assert codex.requests == report.main["compactd"].requests
+    assert codex.llm_calls > 0 and codex.over_window > 0  # it overflows, as the notes say
+    mine = report.main["compactd"]
+    steps = [s for s in report.steps if s.thread == "main"]
+    assert mine.llm_calls == sum(s.llm_calls for s in steps)
+    assert abs(mine.llm_cost - sum(s.llm_cost for s in steps)) < 1.0
+    # a summary call is priced at no less than its input plus 5x 2,000 tokens of output
+    assert mine.llm_cost >= mine.summary_input + 5 * 2_000 * (mine.llm_calls - mine.evidence_calls)
+    assert 0 <= mine.prepared_unused <= mine.prepared
 
 
 @pytest.mark.parametrize("window", [48_000, 64_000, 200_000])
@@ -111,7 +141,7 @@ def test_the_report_compares_compactd_no_management_and_the_recorded_run() -> No
     assert data["mainThread"]["compactd"]["requests"] == report.main["compactd"].requests
     assert data["units"]["systemTokens"] == {"main": SYSTEM, "function": SYSTEM}
     assert "rewritesPer100" in data["totals"]["compactd"]
-    assert {"tokens", "tiers", "cacheRead", "cacheWrite", "summaryCalls", "rewrite"} <= set(
+    assert {"tokens", "tiers", "cacheRead", "cacheWrite", "llmCalls", "llmCost", "rewrite"} <= set(
         data["steps"][0]
     )
 
