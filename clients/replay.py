@@ -130,7 +130,8 @@ MEASURES: tuple[tuple[str, str], ...] = (
     ("saved", "saved vs no management"),
     ("savedVsRecorded", "saved vs the recorded run"),
     ("peak", "largest request (tokens)"),
-    ("overWindow", "requests over the limit"),
+    ("overLimit", "requests over the limit"),
+    ("overWindow", "requests over the window"),
     ("cannotFit", "requests that cannot fit"),
     ("cacheReadShare", "read from the cache"),
     ("rewritesPer100", "cache rewrites per 100"),
@@ -142,7 +143,8 @@ MEASURES: tuple[tuple[str, str], ...] = (
 ANCHOR_MEASURES: tuple[tuple[str, str], ...] = (
     ("cost", "cost (input-token eq.)"),
     ("llmCost", "of which LLM calls"),
-    ("overWindow", "requests over the limit"),
+    ("overLimit", "requests over the limit"),
+    ("overWindow", "requests over the window"),
     ("llmCalls", "LLM calls"),
     ("llmCallsPer100", "LLM calls per 100"),
     ("rewritesPer100", "cache rewrites per 100"),
@@ -161,9 +163,10 @@ no management (every request whole, nothing removed) and the recorded run
   saved vs ...      how much less the column's run cost than that run
                     (negative: it cost more)
   largest request   the peak request, in the provider's tokens
-  over the limit    requests larger than window - output reserve (the
-                    provider would refuse them); cannot fit: those the
-                    cascade could not bring under it
+  over the limit    requests larger than window - output reserve (no room
+                    left for the reply); over the window: those the
+                    provider refuses outright; cannot fit: those the
+                    cascade could not bring under the limit
   read from cache   the share of input tokens read from the prompt cache
   cache rewrites    requests that re-wrote part of the previous request's
                     live cache (read less than 90 % of it), per 100

@@ -520,13 +520,14 @@ class Engine:
 
     def prepare(self, session_id: str, params: RenderParams) -> Steps[bool] | None:
         """A generator preparing the next Tier 4 summary, or None when it is not worth it: no
-        provider, or the next compaction is not near (occupancy under `prepare_occupancy`)."""
+        provider, or `rolling_summary.prepare_due` says no (the next compaction is not near,
+        or the agent is still at work and the range would move before it came)."""
         session = self.session(session_id)
         provider = self.provider_for(session)
         if provider is None:
             return None
         run = Run(self, session, params.view, params.spec, self.policy(session), provider)
-        if run.total < run.policy.prepare_occupancy * run.limit:
+        if not rolling_summary.prepare_due(run):
             return None
         return rolling_summary.prepare(run)
 

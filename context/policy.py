@@ -103,7 +103,9 @@ class Policy:
     microcompact_first_at: int = 50
     microcompact_every: int = 25
     microcompact_keep_recent: int = 5
-    microcompact_keep_last: int = 1  # the last resort before "cannot fit" keeps only these
+    # …fewer when those do not fit this share of the limit (never fewer than `…_keep_last`)
+    microcompact_keep_recent_share: float = 0.10
+    microcompact_keep_last: int = 0  # the last resort before "cannot fit" keeps only these
     idle_seconds: float = 90 * 60.0
     # "cache": on the Anthropic format the provider clears server-side (context editing), the
     # messages never change; other formats and the idle pass take the time path anyway.
@@ -145,6 +147,15 @@ class Policy:
     # the threshold (under which a request sits and is compacted again a request or two later)
     summary_split_turn_above: float = 0.75
     summary_max_tokens: int = 5000
+    # …and never more than this share of the limit (the marker rides in every request after)
+    summary_limit_share: float = 0.05
+    # the LLM tiers (collapse, the rolling summary) run in an automatic cascade only when the
+    # cheaper ones left the request over this share of its limit: a call is not spent to go
+    # from a comfortable request to the target
+    summary_above: float = 0.60
+    # an automatic summary is asked for only when its range frees at least this share of
+    # the limit (by the marker's upper bound), unless the request is over its limit
+    summary_min_gain: float = 0.05
     summary_last_assistant_chars: int = SUMMARY_LAST_ASSISTANT_CHARS
     # the spec's checkpoint is 2,000–5,000 tokens: the summary may use at least this many
     # (a small window lowers it to a fifth of its limit)
@@ -162,6 +173,8 @@ class Policy:
     evidence_enabled: bool = True
     evidence_min_tokens: int = 1500
     evidence_summary_tokens: int = 200
+    # …in the checkpoint's own call when the range with those results whole fits one call
+    evidence_fold: bool = True
     # Background preparation of the Tier 4 summary while the session is idle, only when the
     # next compaction is near (occupancy within 0.10 of the 0.90 threshold)
     prepare_occupancy: float = 0.80
@@ -197,6 +210,10 @@ _FRACTIONS = frozenset(
         "microcompact_min_gain",
         "reactive_margin",
         "summary_split_turn_above",
+        "summary_limit_share",
+        "microcompact_keep_recent_share",
+        "summary_above",
+        "summary_min_gain",
     }
 )
 _AT_LEAST_ONE = frozenset(

@@ -146,7 +146,8 @@ class Totals:
     requests: int = 0
     cost: float = 0.0  # requests and LLM calls, in input-token equivalents
     peak: int = 0
-    over_window: int = 0
+    over_limit: int = 0  # requests over window − output reserve
+    over_window: int = 0  # …over the window itself (what the provider refuses)
     input_tokens: int = 0
     cache_read: int = 0
     cache_write: int = 0
@@ -161,11 +162,20 @@ class Totals:
     cannot_fit: int = 0
     cache_rewrites: int = 0  # requests that re-wrote part of the previous one's live cache
 
-    def add(self, charge: Charge, tokens: int, limit: int, cannot_fit: bool, rewrite: bool) -> None:
+    def add(
+        self,
+        charge: Charge,
+        tokens: int,
+        limits: tuple[int, int],
+        cannot_fit: bool,
+        rewrite: bool,
+    ) -> None:
+        """One request; `limits` is (window − output reserve, window)."""
         self.requests += 1
         self.cost += charge.cost
         self.peak = max(self.peak, tokens)
-        self.over_window += tokens > limit
+        self.over_limit += tokens > limits[0]
+        self.over_window += tokens > limits[1]
         self.input_tokens += charge.tokens
         self.cache_read += charge.read
         self.cache_write += charge.written
@@ -184,12 +194,13 @@ class Totals:
         self.summary_output += sum(c.output for c in calls)
         return cost
 
-    def add_recorded(self, usage: dict[str, int], cost: float, limit: int) -> None:
+    def add_recorded(self, usage: dict[str, int], cost: float, limits: tuple[int, int]) -> None:
         prompt = recorded_prompt(usage)
         self.requests += 1
         self.cost += cost
         self.peak = max(self.peak, prompt)
-        self.over_window += prompt > limit
+        self.over_limit += prompt > limits[0]
+        self.over_window += prompt > limits[1]
         self.input_tokens += prompt
         self.cache_read += int(usage.get("cache_read_input_tokens") or 0)
         self.cache_write += int(usage.get("cache_creation_input_tokens") or 0)
@@ -238,6 +249,7 @@ class Step:
     baseline_cost: float | None = None
     recorded_tokens: int | None = None
     recorded_cost: float | None = None
+    anchor_tokens: dict[str, int] = attrs.field(factory=dict)  # each anchor's request
 
     def to_json(self) -> dict[str, Any]:
         return {_camel(k): v for k, v in attrs.asdict(self).items()}
@@ -485,6 +497,17 @@ def replay(
         kind: synthetic_system(round(tokens / ratio), engine.counter)
         for kind, tokens in units.overhead.items()
     }
+    # the policies compared all send this very system prompt: price it as compactd's render
+    # counts it (the synthetic text lands a few tokens off the fitted overhead)
+    units = attrs.evolve(
+        units,
+        overhead={
+            kind: round(engine.counter.system_block({"type": "text", "text": text}) * ratio)
+            if text
+            else 0
+            for kind, text in systems.items()
+        },
+    )
     session = engine.library.create(
         config=dict(options.config), meta={"replayOf": imported.source_id}
     )
@@ -612,7 +635,7 @@ def replay(
         scopes = [totals, main] if call.thread is None else [totals]
         for scope in scopes:
             mine = scope["compactd"]
-            mine.add(charge, tokens, limit, cannot_fit, rewrite)
+            mine.add(charge, tokens, (limit, window), cannot_fit, rewrite)
             row.llm_cost = round(mine.add_calls(calls, price), 1)
             mine.removed_without_summary += removed
             mine.prepared += prepared
@@ -625,7 +648,9 @@ def replay(
             base_rewrite = _rewrote(base_last.get(thread), at, base_charge, ttl_seconds)
             base_last[thread] = (at, base_charge.tokens)
             for scope in scopes:
-                scope["baseline"].add(base_charge, base_charge.tokens, limit, False, base_rewrite)
+                scope["baseline"].add(
+                    base_charge, base_charge.tokens, (limit, window), False, base_rewrite
+                )
             row.baseline_tokens = base_charge.tokens
             row.baseline_cost = round(base_charge.cost, 1)
         for anchor, anchor_cache, anchor_last in anchors:
@@ -640,13 +665,16 @@ def replay(
             anchor_last[thread] = (at, anchor_charge.tokens)
             for scope in scopes:
                 mine = scope.setdefault(anchor.NAME, Totals())
-                mine.add(anchor_charge, anchor_charge.tokens, limit, False, anchor_rewrite)
+                mine.add(
+                    anchor_charge, anchor_charge.tokens, (limit, window), False, anchor_rewrite
+                )
                 mine.add_calls(sent.calls)
+            row.anchor_tokens[anchor.NAME] = anchor_charge.tokens
         if "recorded" in totals and rec.usage:
             prompt = recorded_prompt(rec.usage)
             cost = price_recorded(rec.usage, options.ttl, options.write_price)
             for scope in scopes:
-                scope["recorded"].add_recorded(rec.usage, cost, limit)
+                scope["recorded"].add_recorded(rec.usage, cost, (limit, window))
             row.recorded_tokens, row.recorded_cost = prompt, round(cost, 1)
         report_steps.append(row)
     recall_counts.finish(

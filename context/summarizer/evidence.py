@@ -41,7 +41,7 @@ def batches(sources: Sequence[EvidenceSource], budget: int) -> list[list[Evidenc
     out: list[list[EvidenceSource]] = []
     used = 0
     for src in sources:
-        size = min(src.tokens, SOURCE_CHARS // 3)
+        size = source_tokens(src)
         if not out or used + size > budget:
             out.append([])
             used = 0
@@ -50,12 +50,22 @@ def batches(sources: Sequence[EvidenceSource], budget: int) -> list[list[Evidenc
     return out
 
 
+def source_text(src: EvidenceSource) -> str:
+    """The part of a result's original the model reads (middle-truncated past the cap)."""
+    head, tail = SOURCE_CHARS * 6 // 10, SOURCE_CHARS * 4 // 10
+    return middle_truncate(src.text, SOURCE_CHARS, head, tail)
+
+
+def source_tokens(src: EvidenceSource) -> int:
+    """An upper bound of `source_text`'s tokens."""
+    return min(src.tokens, SOURCE_CHARS // 3)
+
+
 def evidence_prompt(batch: Sequence[EvidenceSource]) -> str:
     """The results of one batch, each in a `<result>` element naming id, tool and error."""
     parts = []
     for src in batch:
-        head, tail = SOURCE_CHARS * 6 // 10, SOURCE_CHARS * 4 // 10
-        text = middle_truncate(src.text, SOURCE_CHARS, head, tail)
+        text = source_text(src)
         error = "true" if src.is_error else "false"
         parts.append(
             f'<result id="{src.tool_use_id}" tool="{src.tool}" error="{error}">\n{text}\n</result>'

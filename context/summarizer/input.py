@@ -105,9 +105,12 @@ def build_input(
     rng: Range,
     counter: Counter,
     evidence: Mapping[str, str] | None = None,
+    originals: Mapping[str, str] | None = None,
 ) -> SummaryInput:
     """The summarizer's input: the range from its first message, as rendered — with
-    `evidence` (tool node id -> what its result showed) in place of those raw results."""
+    `evidence` (tool node id -> what its result showed) in place of those raw results, and
+    `originals` (tool node id -> its result as the tool returned it) in place of what Budget
+    Reduction left of them."""
     lines: list[str] = []
     items: list[dict[str, Any]] = []
     requests: list[str] = []
@@ -158,7 +161,15 @@ def build_input(
                 continue
             for part in msg.parts:
                 said = _describe(
-                    graph, msg.role, part, lines, items, last_assistant, evidence, media
+                    graph,
+                    msg.role,
+                    part,
+                    lines,
+                    items,
+                    last_assistant,
+                    evidence,
+                    media,
+                    originals,
                 )
                 if said is not last_assistant:
                     last_assistant, last_node = said, part.node
@@ -175,7 +186,15 @@ def build_input(
                 at = thread_index(graph, part.node, path) if part.node else None
                 if at is not None and rng.partial.start < at <= rng.through:
                     said = _describe(
-                        graph, msg.role, part, lines, items, last_assistant, evidence, media
+                        graph,
+                        msg.role,
+                        part,
+                        lines,
+                        items,
+                        last_assistant,
+                        evidence,
+                        media,
+                        originals,
                     )
                     if said is not last_assistant:
                         last_assistant, last_node = said, part.node
@@ -217,6 +236,7 @@ def _describe(
     last_assistant: str | None,
     evidence: Mapping[str, str] | None,
     media: list[dict[str, Any]],
+    originals: Mapping[str, str] | None = None,
 ) -> str | None:
     block = part.block
     kind = block.get("type")
@@ -245,6 +265,8 @@ def _describe(
         content = block.get("content")
         if evidence and part.node in evidence:
             text = f"[tool evidence] {evidence[part.node]}"
+        elif originals and part.node in originals:
+            text = originals[part.node]
         elif isinstance(content, list):
             out = []
             for i, sub in enumerate(content):

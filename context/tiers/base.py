@@ -101,7 +101,12 @@ class Run:
 
     # -- rendering with drafts ------------------------------------------------------------------
 
-    def summary_input(self, rng: Range, evidence: Mapping[str, str] | None = None) -> SummaryInput:
+    def summary_input(
+        self,
+        rng: Range,
+        evidence: Mapping[str, str] | None = None,
+        originals: Mapping[str, str] | None = None,
+    ) -> SummaryInput:
         """The summarizer's input for `rng`, as this run's current render shows it."""
         rendered = self.rendered
         return build_input(
@@ -112,6 +117,7 @@ class Run:
             rng,
             self.engine.counter,
             evidence,
+            originals,
         )
 
     def render(self, extra: list[Record] | None = None) -> Rendered:

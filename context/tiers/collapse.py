@@ -46,9 +46,10 @@ def available(run: Run) -> bool:
 
 
 def due(run: Run) -> bool:
-    """Over the run's target (the cascade calls it once over threshold), with collapse on and
-    a provider to ask."""
-    return available(run) and run.total > run.target
+    """Over the run's target and `summaryAbove` of the limit, as the rolling summary (the
+    cascade calls it once over threshold), with collapse on and a provider to ask."""
+    above = max(run.target, int(run.policy.summary_above * run.limit))
+    return available(run) and run.total > above
 
 
 def apply(run: Run) -> Steps[None]:

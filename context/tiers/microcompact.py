@@ -27,6 +27,7 @@ its shape and small arguments.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -35,6 +36,7 @@ from ..blocks import has_long_strings
 from ..graph import Graph, Path
 from ..policy import CLEARED_PLACEHOLDER, Policy, is_compactable
 from ..projection import CLEAR, Projection, visible_bounds
+from ..render.conversation import TOOL_CALLS, TOOL_RESULTS
 from ..render.request import Rendered, RequestSpec, ServerEdit
 from .base import Run, TierEvent
 
@@ -72,11 +74,20 @@ def tool_calls(graph: Graph, path: Path) -> list[str]:
 
 
 def candidates(
-    graph: Graph, path: Path, proj: Projection, policy: Policy, *, server: bool = False
+    graph: Graph,
+    path: Path,
+    proj: Projection,
+    policy: Policy,
+    *,
+    server: bool = False,
+    sizes: Mapping[str, int] | None = None,
+    budget: int | None = None,
 ) -> Candidates:
     """What one pass may clear. `server`: the provider will clear them, and it clears every
     result of a compactable tool older than the `keep` newest — so the pass takes them all
     (short ones, kept evidence, ones without a result too), and measure matches what it sees.
+    With `sizes` (tokens each call costs in the request) and `budget`, the newest calls kept
+    whole are those that fit the budget (`kept_recent`).
 
     Only the turns the context shows are walked (calls in summarized, collapsed or snipped
     turns are out of it already); the count of every call comes from the line's memo."""
@@ -94,11 +105,7 @@ def candidates(
                     and is_compactable(policy, call.name)
                 ):
                     compactable.append(c)
-    keep = (
-        set(compactable[-policy.microcompact_keep_recent :])
-        if policy.microcompact_keep_recent
-        else set()
-    )
+    keep = kept_recent(compactable, policy, sizes, budget)
     clearable = [
         c
         for c in compactable
@@ -124,6 +131,33 @@ def candidates(
             if isinstance(at, int) and (last is None or at > last):
                 last = at
     return Candidates(path.tool_count(nodes), clearable, last, inputs)
+
+
+def kept_recent(
+    compactable: list[str],
+    policy: Policy,
+    sizes: Mapping[str, int] | None = None,
+    budget: int | None = None,
+) -> set[str]:
+    """The newest calls a pass keeps whole: `microcompactKeepRecent` (5) of them — fewer when
+    they do not fit `budget` tokens (`microcompactKeepRecentShare` of the limit: at a small
+    window five big writes are a third of it, and a summary cannot take them either, for they
+    are the newest steps), but never fewer than `microcompactKeepLast` (1)."""
+    wanted = policy.microcompact_keep_recent
+    if not wanted:
+        return set()
+    newest = compactable[-wanted:]
+    if sizes is None or budget is None:
+        return set(newest)
+    kept: list[str] = []
+    used = 0
+    for call in reversed(newest):
+        size = sizes.get(call, 0)
+        if len(kept) >= policy.microcompact_keep_last and used + size > budget:
+            break
+        kept.append(call)
+        used += size
+    return set(kept)
 
 
 def larger_than_placeholder(result: Any) -> bool:
@@ -275,9 +309,26 @@ def _candidates(run: Run, keep_recent: int | None = None) -> Candidates:
     found = run.memo.get(key)
     if found is None:
         found = run.memo[key] = candidates(
-            run.graph, run.path, run.rendered.projection, policy, server=server
+            run.graph,
+            run.path,
+            run.rendered.projection,
+            policy,
+            server=server,
+            sizes=call_sizes(run.rendered),
+            budget=int(policy.microcompact_keep_recent_share * run.limit),
         )
     return found
+
+
+def call_sizes(rendered: Rendered) -> dict[str, int]:
+    """Tokens each tool call costs in the request (its call and its result, calibrated)."""
+    out: dict[str, int] = {}
+    for message in rendered.conversation.messages:
+        for part in message.parts:
+            if part.node is not None and part.category in (TOOL_CALLS, TOOL_RESULTS):
+                out[part.node] = out.get(part.node, 0) + part.tokens
+    ratio = rendered.ratio
+    return {node: round(tokens * ratio) for node, tokens in out.items()}
 
 
 def due(run: Run) -> bool:

@@ -42,6 +42,8 @@ from ..summarizer.evidence import (
     evidence_marker,
     evidence_request,
     parse_evidence,
+    source_text,
+    source_tokens,
 )
 from ..summarizer.generate import Limits, generate
 from ..summarizer.input import Range, SummaryInput, user_request_texts
@@ -167,12 +169,15 @@ class Costs:
 
 
 def summary_budget(run: Run) -> int:
-    """How long the summary may be: `summaryMaxTokens` (5,000), but never more than a tenth
-    of what the request may hold — a 5K summary would crowd a 32K window — and never less
-    than `summaryMinTokens` (2,000: the spec's checkpoint is 2,000–5,000 tokens), which a
-    small window lowers to a fifth of its limit."""
-    floor = min(run.policy.summary_min_tokens, run.limit // 5)
-    return max(floor, min(run.policy.summary_max_tokens, run.limit // 10))
+    """How long the summary may be: `summaryMaxTokens` (5,000), but never more than
+    `summaryLimitShare` (a twentieth) of what the request may hold — the marker stays in every
+    request until the next compaction, and at a 48K window a 5K summary with the user's
+    requests beside it would leave little room to work in — and never less than
+    `summaryMinTokens` (2,000: the spec's checkpoint is 2,000–5,000 tokens), which a small
+    window lowers to a fifth of its limit."""
+    policy = run.policy
+    floor = min(policy.summary_min_tokens, run.limit // 5)
+    return max(floor, min(policy.summary_max_tokens, int(policy.summary_limit_share * run.limit)))
 
 
 def size_asked(run: Run) -> tuple[int, int]:
@@ -284,6 +289,17 @@ def condense(
     return out
 
 
+def evidence_folds(run: Run, inp: SummaryInput, sources: list[EvidenceSource]) -> bool:
+    """Tool evidence rides in the checkpoint's own call (`evidenceFold`) when the range with
+    its long results whole fits one summarizer call: a separate call would read the same
+    results and add its own output and a call to the compaction. Past one call, evidence
+    condenses them first, as the spec's stage does."""
+    if not run.policy.evidence_fold:
+        return False
+    whole = inp.tokens + sum(source_tokens(src) for src in sources)
+    return whole <= run.policy.summary_input_max_tokens
+
+
 def write_checkpoint(
     run: Run, rng: Range, instructions: str | None, limits: Limits
 ) -> Steps[tuple[Checkpoint, SummaryInput]]:
@@ -291,8 +307,14 @@ def write_checkpoint(
     (evidence first, then the same prompt, budget and model), with the input it was written
     from."""
     sources = evidence_sources(run, rng)
+    inp = run.summary_input(rng)
+    if sources and evidence_folds(run, inp, sources):
+        # one call: the checkpoint reads the results whole instead of their evidence
+        inp = run.summary_input(rng, originals={src.node: source_text(src) for src in sources})
+        sources = []
     evidence = (yield from condense(run, sources, limits)) if sources else []
-    inp = run.summary_input(rng, {src.node: line for src, line in evidence})
+    if evidence:
+        inp = run.summary_input(rng, {src.node: line for src, line in evidence})
     text, usage = yield from generate(
         inp,
         purpose="rolling",
@@ -407,6 +429,34 @@ def _last_assistant_text(graph: Graph, path: Path, rng: Range) -> str | None:
     return None
 
 
+class Predicted:
+    """The request's size with a range summarized, before any call: what the range costs
+    now taken out, the most its marker may cost (`MarkerBound`) put in."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.costs = Costs.of(run)
+        self.marker = MarkerBound(run)
+
+    def __call__(self, rng: Range | None) -> int:
+        if rng is None:
+            return self.run.total
+        return self.run.total - self.costs.of_range(rng) + self.marker.of(rng)
+
+
+def worth_a_call(run: Run, rng: Range) -> tuple[bool, int]:
+    """Whether an automatic summary of `rng` may pay for its call, and the least it frees
+    (by the marker's bound): never when the bound says the request would not shrink, and —
+    while the request fits its limit — only for `summaryMinGain` of the limit or more (a call
+    and a cache rewrite for a thousand tokens is the next compaction two requests away)."""
+    freed = run.total - Predicted(run)(rng)
+    if freed <= 0:
+        return False, freed
+    if run.total <= run.limit and freed < run.policy.summary_min_gain * run.limit:
+        return False, freed
+    return True, freed
+
+
 def choose_range(run: Run) -> Range | None:
     """The range Tier 4 replaces, the least that brings the request to the run's target:
     before the latest `summaryKeepTurns` complete turns; else before the latest complete turn
@@ -418,11 +468,7 @@ def choose_range(run: Run) -> Range | None:
     the headroom target. A cut in an active turn that leaves no complete exchange behind it to
     keep may aim at the target. With nothing to summarize, short history is left alone."""
     policy, proj, graph, path = run.policy, run.rendered.projection, run.graph, run.path
-    costs = Costs.of(run)
-    marker = MarkerBound(run)
-
-    def after(rng: Range | None) -> int:
-        return run.total - costs.of_range(rng) + marker.of(rng) if rng else run.total
+    after = Predicted(run)
 
     best = select_replaceable_range(graph, path, proj, policy.summary_keep_turns)
     if after(best) > run.target:
@@ -433,13 +479,13 @@ def choose_range(run: Run) -> Range | None:
         # taking the latest complete turn only when no whole-turn range gets it under the bar
         bar = max(run.target, min(run.threshold, int(policy.summary_split_turn_above * run.limit)))
         cannot_fit = min(run.total, after(best)) > bar
-        best = _inside_a_turn(run, costs, after, may_take_latest=cannot_fit) or best
+        best = _inside_a_turn(run, after, may_take_latest=cannot_fit) or best
     if best is None or not (best.new_turns or best.partial is not None):
         return None
     return best
 
 
-def _inside_a_turn(run: Run, costs: Costs, after: Any, *, may_take_latest: bool) -> Range | None:
+def _inside_a_turn(run: Run, after: Predicted, *, may_take_latest: bool) -> Range | None:
     """The shortest in-turn range that reaches the target, cutting in the latest complete
     turn first (the active turn stays whole), then in the active turn; if none reaches it,
     the longest one there is. Without `may_take_latest`, no range that takes the latest
@@ -485,9 +531,23 @@ def _exchange(graph: Graph, path: Path, turn: Turn) -> bool:
 
 
 def due(run: Run) -> bool:
-    """Still over the run's target after the cheaper tiers (the cascade calls it once over
-    threshold; `/compact` jumps here)."""
-    return run.total > run.target
+    """Still over the run's target after the cheaper tiers — and over `summaryAbove` of the
+    limit: a summary costs a call (its input, and its output at 5×) and a cache rewrite, so
+    it is not asked for only to go from a comfortable request to the target (the cascade
+    calls it once over threshold; `/compact` jumps straight to `apply`)."""
+    return run.total > max(run.target, int(run.policy.summary_above * run.limit))
+
+
+def prepare_due(run: Run) -> bool:
+    """Background preparation is worth a call only for the range the next compaction will
+    take: the next compaction is near (over `prepareOccupancy` of the limit) and the agent
+    waits for its user (the thread ends in an assistant message without calls). While the
+    agent is at work, every step moves the range — a cut inside its turn above all — and a
+    checkpoint prepared then was never the one used."""
+    if run.total < run.policy.prepare_occupancy * run.limit:
+        return False
+    head = run.graph.nodes.get(run.path.head or "")
+    return head is not None and head.kind == "assistant" and not head.calls
 
 
 def apply(run: Run, *, manual: bool = False, instructions: str | None = None) -> Steps[None]:
@@ -520,6 +580,16 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
             "provider was not called",
         )
         return
+    if not manual:
+        worth, freed = worth_a_call(run, rng)
+        if not worth:
+            run.note(
+                TIER,
+                f"not worth a call: summarizing {_what(run, rng)} would free at most "
+                f"{max(freed, 0):,} tokens of {run.total:,} (the summary and the requests it "
+                "keeps verbatim cost about what the range does); the provider was not called",
+            )
+            return
     key = range_key(run, rng, instructions)
     prepared = run.engine.prepared_summary(run.session.id, key)
     try:
@@ -662,7 +732,7 @@ def prepare(run: Run) -> Steps[bool]:
     and kept only if, when it is done, the range is still the one the next Tier 4 would take
     — the session is not locked meanwhile, so it may have moved on."""
     rng = choose_range(run)  # the very range the next Tier 4 would take
-    if rng is None:
+    if rng is None or not worth_a_call(run, rng)[0]:
         return False
     key = range_key(run, rng, None)
     if not run.engine.claim_preparation(run.session.id, key):

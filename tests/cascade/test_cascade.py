@@ -380,5 +380,6 @@ def test_needs_carry_what_the_summarizer_is_given(engine: Engine) -> None:
     assert need.request.purpose == "rolling"
     assert need.request.prompt.startswith("USER: the task: ")
     assert need.request.input_hash
-    # summaryMaxTokens (5,000), but never more than a tenth of what the request may hold
-    assert need.request.max_output_tokens == min(5000, LIMIT // 10)
+    # summaryMaxTokens (5,000), but never more than a twentieth of what the request may hold,
+    # and never less than the spec's 2,000 (a fifth of a limit that small)
+    assert need.request.max_output_tokens == max(min(2000, LIMIT // 5), min(5000, LIMIT // 20))

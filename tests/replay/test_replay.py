@@ -79,7 +79,7 @@ def test_every_request_fits_in_the_providers_units(path: Path, window: int) -> N
     totals = report.compactd
     assert totals.requests > 0
     assert totals.cannot_fit == 0
-    assert totals.over_window == 0
+    assert totals.over_limit == 0
     assert all(step.tokens <= step.limit for step in report.steps)
     assert report.limit == window - RESERVE
     # every request carries the system prompt: nothing is smaller than it
@@ -126,7 +126,7 @@ def test_the_report_compares_compactd_no_management_and_the_recorded_run() -> No
     # the same number of model requests in all three
     assert report.compactd.requests == baseline.requests == recorded.requests
     # with nothing managed, this session overflows a 64K window many times
-    assert baseline.over_window > 0
+    assert baseline.over_limit > 0
     assert report.compactd.cost < baseline.cost
     assert 0.0 < report.compactd.cache_read_share <= 1.0
     assert report.compactd.removed_without_summary > 0
@@ -186,7 +186,7 @@ def test_the_cli_prints_the_report_and_draws_the_plot(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["window"] == 48_000
-    assert report["totals"]["compactd"]["overWindow"] == 0
+    assert report["totals"]["compactd"]["overLimit"] == 0
     width, height = _png_size(png)
     assert width >= 800 and height >= 500
     assert png.stat().st_size > 20_000

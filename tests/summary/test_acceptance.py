@@ -235,8 +235,8 @@ async def test_a_provider_error_writes_nothing(
     reply, kind = PROVIDER_ERRORS[name]
     fake.default = reply  # every attempt fails, retries and smaller chunks included
     # a summary of over 4,096 tokens is streamed (a mid-stream error needs a stream); the
-    # summary may take a tenth of the limit, so that needs a window of 64K
-    window = 64_000 if name == "stream-error" else WINDOW
+    # summary may take a twentieth of the limit, so that needs a window of 128K
+    window = 128_000 if name == "stream-error" else WINDOW
     result = await daemon.compact(sid, window=window)
     assert result.applied is False and result.failure == kind
     assert kind in (result.reason or "")

@@ -65,7 +65,8 @@ async def test_a_compact_that_did_nothing_is_a_result_and_is_notified(
 ) -> None:
     heard: list[dict[str, Any]] = []
     daemon.on_notification("context/compacted", heard.append)
-    sid = await open_session(daemon, {"snipEnabled": False})  # the summary is all there is
+    # the summary is all there is: no snip, and Tier 1 keeps the four calls there are
+    sid = await open_session(daemon, {"snipEnabled": False, "microcompactKeepRecentShare": 1.0})
     await daemon.append(sid, sixteen("nd"))
     fake.push(Reply.empty())
     result = await daemon.compact(sid, window=WINDOW)
