@@ -296,12 +296,7 @@ async def cmd_compact(ns: argparse.Namespace, client: CompactdClient) -> int:
         if not over_call_limit(exc):
             raise
         print(f"compactd: {exc.message}", file=sys.stderr)
-        print(
-            f"compactd: `compactd render {ns.session} --cascade` runs the cheaper tiers first "
-            "(it clears old tool results), which leaves less to summarize; or allow more "
-            "calls: --set summaryMaxCalls=N",
-            file=sys.stderr,
-        )
+        print_call_limit_hint(ns.session)
         return EXIT_ERROR
     if ns.json:
         _print_json(unstructure(result))
@@ -310,7 +305,19 @@ async def cmd_compact(ns: argparse.Namespace, client: CompactdClient) -> int:
             f"{'compacted' if result.applied else 'not compacted'}: {result.reason} "
             f"({result.tokens_before:,} → {result.tokens_after:,} tokens)"
         )
+    if result.failure == "call_limit":
+        print_call_limit_hint(ns.session)
     return EXIT_OK if result.applied else EXIT_NOT_GOOD
+
+
+def print_call_limit_hint(session: str) -> None:
+    """The two ways out of a summary that would need more calls than `summaryMaxCalls`."""
+    print(
+        f"compactd: `compactd render {session} --cascade` runs the cheaper tiers first "
+        "(it clears old tool results), which leaves less to summarize; or allow more "
+        "calls: --set summaryMaxCalls=N",
+        file=sys.stderr,
+    )
 
 
 def over_call_limit(exc: RpcError) -> bool:
@@ -489,6 +496,12 @@ def add_service_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--idle-check-seconds", type=float, default=30.0, help="how often idle timers are checked"
+    )
+    parser.add_argument(
+        "--evict-after-seconds",
+        type=float,
+        default=600.0,
+        help="how long an unused session stays in memory (its idle timer outlives it)",
     )
     parser.add_argument(
         "--summarize-timeout",

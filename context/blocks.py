@@ -108,18 +108,24 @@ def result_text_length(content: Any) -> int:
 # ---- Tier 1's shortened inputs -------------------------------------------------------------
 
 
-def shorten_input(value: Any, limit: int) -> Any:
+def shorten_input(value: Any, limit: int, handle: str | None = None) -> Any:
     """An old tool call's input with every string longer than `limit` characters replaced by
     a short note saying how long it was: the call keeps its shape and its small arguments (a
-    file path, a pattern) while a written file's content or a long command goes."""
+    file path, a pattern) while a written file's content or a long command goes. With a recall
+    `handle` (of the call's input), the note names it."""
     if isinstance(value, str):
         if len(value) <= limit:
             return value
-        return f"[{len(value):,} characters cleared by compactd; the original is kept]"
+        if handle is None:
+            return f"[{len(value):,} characters cleared by compactd; the original is kept]"
+        return (
+            f"[{len(value):,} characters cleared by compactd; compactd_recall with handle "
+            f"{handle} returns the call's input]"
+        )
     if isinstance(value, dict):
-        return {k: shorten_input(v, limit) for k, v in value.items()}
+        return {k: shorten_input(v, limit, handle) for k, v in value.items()}
     if isinstance(value, list):
-        return [shorten_input(v, limit) for v in value]
+        return [shorten_input(v, limit, handle) for v in value]
     return value
 
 

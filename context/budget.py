@@ -144,11 +144,16 @@ class Calibration:
         self.ratios[model] = round(new, 4)
         return self.ratios[model]
 
-    def force(self, model: str, reported: int, estimated: int) -> float:
-        """Adopt a provider's own count outright (a prompt-too-long report is exact)."""
+    def force(self, model: str, reported: int, estimated: int, *, clamp: bool = True) -> float:
+        """Adopt a provider's own count outright. A prompt-too-long report is the truth for its
+        request (`clamp=False`): held to the sane range, a count 4× ours (a document we
+        under-counted) would make the same request look as if it fitted."""
         model = model_key(model)
         if reported > 0 and estimated > 0:
-            self.ratios[model] = round(min(self.MAX, max(self.MIN, reported / estimated)), 4)
+            ratio = reported / estimated
+            if clamp:
+                ratio = min(self.MAX, max(self.MIN, ratio))
+            self.ratios[model] = round(ratio, 4)
         return self.ratio(model)
 
 

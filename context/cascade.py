@@ -51,6 +51,8 @@ def run_cascade(
         yield from _automatic(run)
     if run.total > run.limit:
         raise _cannot_fit(run)
+    if overflow is not None:  # what goes out must not be the request the provider refused
+        reactive.verify(run)
     return run.outcome(before, run.commit() if commit else [])
 
 
@@ -80,6 +82,8 @@ def _automatic(run: Run) -> Steps[None]:
             snip.apply(run)
     if microcompact.last_resort_due(run):
         microcompact.last_resort(run)
+    if microcompact.headroom_only(run):  # a forced clear that nothing else needed
+        microcompact.keep_if_paid(run)
 
 
 def _cannot_fit(run: Run) -> CannotFit:

@@ -17,12 +17,14 @@ import attrs
 import orjson
 
 from .budget import Calibration, reported_prompt_tokens
+from .budget_reduction import first_cut_line
 from .cascade import Drive, run_cascade
 from .decompose import from_anthropic, from_nodes, from_openai
 from .errors import CompactdError, InvalidContent, Stopped
 from .graph import Graph, Node, Record
 from .policy import Policy, check_session_config, policy_from_config
 from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE, project
+from .recall import CUT, Recalled, page, resolve, shown_content, text_of
 from .render.request import Rendered, RenderParams, render_request
 from .session import UNSET, AppendResult, Library, Session
 from .stores.interface import SessionStore
@@ -296,13 +298,16 @@ class Engine:
         for rec in session.graph.records:
             data = rec.data
             if rec.kind in (USAGE, REACTIVE) and data.get("estimated") and data.get("reported"):
-                adopt = cal.force if (rec.kind == REACTIVE or data.get("exact")) else cal.observe
-                counted = data["reported"]
+                model, counted = data.get("model") or "", data["reported"]
+                if rec.kind == REACTIVE:  # the provider's count of that request, unclamped
+                    cal.force(model, counted, data["estimated"], clamp=False)
+                    continue
+                adopt = cal.force if data.get("exact") else cal.observe
                 if "cleared" in data and "sent" not in data:
                     # the provider cleared by an edit we did not count (a client's own):
                     # add it back, so the count of what we sent is compared
                     counted += int(data["cleared"] or 0)
-                adopt(data.get("model") or "", counted, data["estimated"])
+                adopt(model, counted, data["estimated"])
         self._calibration[session.id] = (version, cal)
         return cal
 
@@ -440,6 +445,8 @@ class Engine:
         `drive` or by answering its `SummaryNeeded` requests. A `dry_run` commits nothing and
         is not remembered as the request sent (the next usage report is not compared to it)."""
         session = self.session(session_id)
+        if overflow is not None:
+            overflow = self.with_estimate(session_id, overflow)
         steps = run_cascade(
             self,
             session,
@@ -557,19 +564,24 @@ class Engine:
 
     # ---- idle ---------------------------------------------------------------------------------
 
-    def idle_due(self, session: Session, now: float | None = None) -> float | None:
-        """Seconds idle if the idle work is due and not yet done for this idle period."""
+    def idle_at(self, session: Session) -> float | None:
+        """When the idle work of this idle period falls due (the engine's clock); None when it
+        is done for this period already."""
         g = session.graph
-        now = self.clock() if now is None else now
-        idle = now - g.last_activity
-        if idle < self.policy(session).idle_seconds:
-            return None
         for rec in reversed(g.records):
             if rec.kind == IDLE:
                 if rec.data.get("activity") == g.last_activity:
                     return None
                 break
-        return idle
+        return g.last_activity + self.policy(session).idle_seconds
+
+    def idle_due(self, session: Session, now: float | None = None) -> float | None:
+        """Seconds idle if the idle work is due and not yet done for this idle period."""
+        at = self.idle_at(session)
+        now = self.clock() if now is None else now
+        if at is None or now < at:
+            return None
+        return now - session.graph.last_activity
 
     def run_idle(self, session: Session) -> IdleOutcome:
         """The idle work: the provider's cache has expired, so clear old results client-side
@@ -616,7 +628,7 @@ class Engine:
             )
         overflow = parse_overflow(*error) if error else None
         if overflow is not None:
-            self._overflow[session_id] = overflow
+            self._overflow[session_id] = self.with_estimate(session_id, overflow)
         return UsageReport(
             ratio,
             reported,
@@ -624,6 +636,14 @@ class Engine:
             overflow is not None,
             overflow.limit_tokens if overflow else None,
         )
+
+    def with_estimate(self, session_id: str, overflow: Overflow) -> Overflow:
+        """`overflow` with our estimate of the request it was about (the last one rendered), so
+        Tier 5 compares the next request with that one."""
+        last = self._last_estimate.get(session_id)
+        if overflow.estimated is not None or last is None:
+            return overflow
+        return attrs.evolve(overflow, estimated=last[1])
 
     def take_overflow(self, session_id: str, *, keep: bool = False) -> Overflow | None:
         """The overflow the client reported for this session's next render; `keep` leaves it
@@ -668,6 +688,33 @@ class Engine:
             data["appliedEdits"] = applied_edits
         session.add_records([{"kind": USAGE, "covers": [], "data": data}], durable=durable)
         return self.calibration(session).ratio(model), reported, estimated
+
+    # ---- recall -------------------------------------------------------------------------------
+
+    def recall(
+        self,
+        session_id: str,
+        handle: str,
+        start_line: int | None = None,
+        end_line: int | None = None,
+        branch: str | None = None,
+    ) -> Recalled:
+        """What a handle stands for, a page of it. A cut note's handle recalled without lines
+        starts at the first line the cut left out (the model has the lines before it)."""
+        session = self.session(session_id)
+        g = session.graph
+        policy = self.policy(session)
+        path = g.branch_path(branch)
+        node, part = resolve(g, handle, path)
+        text = text_of(g, node, part, path)
+        if part == CUT and start_line is None:
+            start_line = first_cut_line(
+                shown_content(g, node),
+                policy.max_tool_result_chars,
+                policy.truncate_head_chars,
+                policy.truncate_tail_chars,
+            )
+        return page(text, policy.recall_max_chars, start_line, end_line)
 
     # ---- inspection ---------------------------------------------------------------------------
 

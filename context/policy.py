@@ -74,6 +74,11 @@ CLEARED_PLACEHOLDER = (
 )
 """What a time-based clear leaves (~20 tokens). Fixed bytes: every later render is identical."""
 
+SUMMARY_LAST_ASSISTANT_CHARS = 2000
+"""The most of the last assistant text a summary marker quotes verbatim (its head and tail
+past it): a text-heavy turn's last message would otherwise keep most of what the summary
+freed."""
+
 RUNNING_FUNCTION_PLACEHOLDER = (
     "[This function is still running; its output will appear here when it completes.]"
 )
@@ -110,6 +115,8 @@ class Policy:
     # count-triggered clears while the cache is warm and under threshold: "defer" | "apply"
     microcompact_warm: str = "economic"  # "economic" | "defer" | "apply"
     microcompact_horizon: int = 25  # requests expected to follow, for "economic"
+    # a deferred count-triggered clear fires at the latest this many calls past its due point
+    microcompact_defer_calls: int = 25
     # over threshold, clear old results even when the count trigger is not due (a forced change)
     microcompact_when_over: bool = True
     microcompact_min_gain: float = 0.02  # …but only for at least this share of the limit
@@ -132,7 +139,13 @@ class Policy:
     summary_provider: str = ""  # "anthropic" | "client" | "digest"; "" = the daemon's default
     summary_model: str = ""
     summary_keep_turns: int = 2
+    # a cut inside the latest complete turn (or one taking it whole before a cut in the active
+    # turn) only when no other range gets the request under this share of the limit: between
+    # the target (which the spec's "retain the latest complete turn" must not give way to) and
+    # the threshold (under which a request sits and is compacted again a request or two later)
+    summary_split_turn_above: float = 0.75
     summary_max_tokens: int = 5000
+    summary_last_assistant_chars: int = SUMMARY_LAST_ASSISTANT_CHARS
     # the spec's checkpoint is 2,000–5,000 tokens: the summary may use at least this many
     # (a small window lowers it to a fifth of its limit)
     summary_min_tokens: int = 2000
@@ -183,6 +196,7 @@ _FRACTIONS = frozenset(
         "prepare_occupancy",
         "microcompact_min_gain",
         "reactive_margin",
+        "summary_split_turn_above",
     }
 )
 _AT_LEAST_ONE = frozenset(
@@ -195,6 +209,7 @@ _AT_LEAST_ONE = frozenset(
         "summary_max_calls",
         "max_tool_result_chars",
         "recall_max_chars",
+        "summary_last_assistant_chars",
     }
 )
 _CHOICES: dict[str, tuple[str, ...]] = {

@@ -1,12 +1,18 @@
 """Recall: every piece of content a render leaves out names a handle the model can read back.
 
-A handle is `recall:<node id>.<tag>`: the node whose content was cut (a tool result, a
-function's output) or, for a range of removed turns, the turn it starts at (its recall lists
-the tool results from there on). The tag is a hash of the session id and the node id, so a
-handle is a pure function of the graph (the cached prefix stays byte-stable) and a handle
-from another session is recognised as foreign rather than read as one of this session's
-nodes. Content is addressed by lines; a line longer than `LINE_WIDTH` characters counts as
-several, so a single-line result (minified JSON) can still be paged through.
+A handle is `recall:<node id>[.<part>].<tag>`: the node whose content was left out, and which
+of it —
+- no part: the node's own content: a tool result, a function's output, a message's text;
+- `cut`: the same content, where Budget Reduction's note stands — recalled without lines, it
+  starts at the first line the cut left out (`Engine.recall` knows where that is);
+- `input`: a tool call's input (Tier 1 shortens the long strings of old calls);
+- `from`: the transcript of the thread from that node on — every message's words verbatim and
+  each call with the handle of its result — which a removed range of turns names.
+The tag is a hash of the session id, the node id and the part, so a handle is a pure function
+of the graph (the cached prefix stays byte-stable) and a handle from another session is
+recognised as foreign rather than read as one of this session's nodes. Content is addressed by
+lines; a line longer than `LINE_WIDTH` characters counts as several, so a single-line result
+(minified JSON) can still be paged through.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import attrs
+import orjson
 
+from .blocks import has_long_strings
 from .errors import InvalidContent, UnknownHandle
 from .graph import Graph, Node, Path
 
@@ -34,7 +42,8 @@ RECALL_TOOL: dict[str, Any] = {
         "Every note that says content was cut, cleared or removed names a handle (it starts "
         "with `recall:`). Pass it as `handle`; `startLine`/`endLine` (1-based, inclusive) "
         "pick lines; a long answer is cut to a page and says where to continue. A tool result "
-        "cleared without a handle: pass its tool_use id as the handle."
+        "cleared without a handle: pass its tool_use id as the handle (its input: the id "
+        "followed by `.input`)."
     ),
     "input_schema": {
         "type": "object",
@@ -50,9 +59,15 @@ RECALL_TOOL: dict[str, Any] = {
 converts it like any tool the client passes)."""
 
 
-def handle_for(session_id: str, node_id: str) -> str:
-    digest = hashlib.sha256(f"{session_id}\0{node_id}".encode()).hexdigest()
-    return f"{PREFIX}{node_id}.{digest[:8]}"
+CUT, INPUT, FROM = "cut", "input", "from"
+PARTS = (CUT, INPUT, FROM)
+INPUT_NOTE_CHARS = 200  # a transcript names a call's input handle past strings this long
+
+
+def handle_for(session_id: str, node_id: str, part: str | None = None) -> str:
+    key = node_id if part is None else f"{node_id}.{part}"
+    digest = hashlib.sha256(f"{session_id}\0{key}".encode()).hexdigest()
+    return f"{PREFIX}{key}.{digest[:8]}"
 
 
 def with_recall_tool(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -95,17 +110,20 @@ def cleared_note(handle: str, content: Any) -> str:
     )
 
 
-def range_note(entries: list[str], index_handle: str | None, limit: int) -> str:
-    """What a snip, collapse or summary marker adds: the handles of the tool results of its
-    turns (the newest `limit`), and when there are more, the handle that lists them all."""
-    if not entries:
-        return ""
+def range_note(entries: list[str], transcript_handle: str, limit: int) -> str:
+    """What a snip, collapse or summary marker adds: the handle of its turns' transcript (their
+    messages verbatim, each call with its result's handle) and the handles of their tool
+    results (the newest `limit`; the transcript names them all)."""
     shown = entries[-limit:] if limit else []
-    out = ["[compactd_recall returns the tool results of these turns by handle]"]
-    if len(shown) < len(entries) and index_handle is not None:
+    head = (
+        f"[compactd_recall with handle {transcript_handle} returns the messages of these turns "
+        "verbatim, from the first on"
+    )
+    out = [head + ("; their tool results by handle:]" if entries else "]")]
+    if len(shown) < len(entries):
         out.append(
-            f"({len(entries) - len(shown)} earlier ones are not listed; {index_handle} "
-            "lists every tool result from the first of these turns on)"
+            f"({len(entries) - len(shown)} earlier ones are not listed; {transcript_handle} "
+            "names them all)"
         )
     out.extend(f"- {e}" for e in shown)
     return "\n\n" + "\n".join(out)
@@ -162,12 +180,12 @@ def has_content(graph: Graph, call: Node) -> bool:
     return call.answered
 
 
-def range_entries(graph: Graph, node_ids: Iterable[str]) -> list[str]:
-    """Entries for every tool result of these thread nodes, in order."""
+def range_entries(graph: Graph, node_ids: Iterable[str], only: str | None = None) -> list[str]:
+    """Entries for every tool result of these thread nodes, in order (`only`: that call's)."""
     out = []
     for node_id in node_ids:
         for call in graph.calls_of(graph.nodes[node_id]):
-            if not has_content(graph, call):
+            if (only is not None and call.id != only) or not has_content(graph, call):
                 continue
             # memoized on the call: a marker is rebuilt on every render of the cascade
             holder = graph.nodes[call.function] if call.function else call
@@ -188,22 +206,29 @@ class Recalled:
     truncated: bool
 
 
-def resolve(graph: Graph, handle: str, path: Path) -> Node:
-    """The node a handle names, if it is this session's and lies on `path`. A tool_use id
-    stands for its call: the provider's own placeholder (Tier 1's server path) names none."""
+def resolve(graph: Graph, handle: str, path: Path) -> tuple[Node, str | None]:
+    """The node a handle names and which part of it, if it is this session's and lies on
+    `path`. A tool_use id stands for its call (`<id>.input` for the call's input): the
+    provider's own placeholder (Tier 1's server path) names no handle."""
     if not handle.startswith(PREFIX):
-        call = graph.tool_by_use_id(handle)
+        use_id, part = handle, None
+        if handle.endswith(f".{INPUT}"):
+            use_id, part = handle[: -len(INPUT) - 1], INPUT
+        call = graph.tool_by_use_id(use_id)
         if call is None:
             raise UnknownHandle(
                 f"{handle!r} is neither a recall handle (recall:<id>) nor a tool_use id of "
                 "this session",
                 handle=handle,
             )
-        handle = handle_for(graph.session_id, call.id)
-    node_id, _, tag = handle[len(PREFIX) :].rpartition(".")
+        handle = handle_for(graph.session_id, call.id, part)
+    key, _, tag = handle[len(PREFIX) :].rpartition(".")
+    node_id, dot, part = key.rpartition(".")
+    if not dot or part not in PARTS:
+        node_id, part = key, None
     if not node_id or not _TAG_RE.match(tag):
         raise UnknownHandle(f"{handle!r} is not a well-formed recall handle", handle=handle)
-    if node_id not in graph.nodes or handle_for(graph.session_id, node_id) != handle:
+    if node_id not in graph.nodes or handle_for(graph.session_id, node_id, part) != handle:
         raise UnknownHandle(
             f"handle {handle} does not belong to session {graph.session_id}", handle=handle
         )
@@ -212,20 +237,81 @@ def resolve(graph: Graph, handle: str, path: Path) -> Node:
             f"handle {handle} is not on this branch; it was rendered on another one",
             handle=handle,
         )
-    return graph.nodes[node_id]
+    return graph.nodes[node_id], part
 
 
-def text_of(graph: Graph, node: Node) -> str:
-    """What recalling a node gives: a result or output, or, for a turn, the index of every
-    tool result from it to the head of its thread."""
+def text_of(graph: Graph, node: Node, part: str | None, path: Path) -> str:
+    """What recalling a node's part gives: a result or output; a call's input; a message's
+    text; or the transcript of the thread from the node on (`path`: the branch recalled)."""
+    if part == FROM:
+        return transcript(graph, node, path)
+    if part == INPUT:
+        if node.kind != "tool":
+            raise UnknownHandle(
+                f"{handle_for(graph.session_id, node.id, part)} names no tool call",
+                handle=handle_for(graph.session_id, node.id, part),
+            )
+        return input_text(node.input)
     if node.kind in ("tool", "function"):
         if not has_content(graph, node):
-            handle = handle_for(graph.session_id, node.id)
+            handle = handle_for(graph.session_id, node.id, part)
             raise UnknownHandle(f"{handle} has no result to recall yet", handle=handle)
         return content_text(shown_content(graph, node))
-    thread = graph.function_path(node.owner) if node.owner else graph.branch_path()
+    return content_text(message_blocks(node))
+
+
+def message_blocks(node: Node) -> list[Any]:
+    """A message's blocks as recall serves them: its text and images, its thinking as text."""
+    out: list[Any] = []
+    for block in node.content if isinstance(node.content, list) else []:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "thinking":
+            out.append({"type": "text", "text": f"[thinking]\n{block.get('thinking', '')}"})
+        elif kind != "redacted_thinking":
+            out.append(block)
+    return out
+
+
+def input_text(value: Any) -> str:
+    """A tool call's input, readable: each argument on its own line, a long or multi-line
+    string verbatim below its name."""
+    if not isinstance(value, dict):
+        return value if isinstance(value, str) else orjson.dumps(value).decode()
+    lines = []
+    for key, arg in value.items():
+        if isinstance(arg, str) and ("\n" in arg or len(arg) > 200):
+            lines.append(f"{key}:\n{arg}")
+        else:
+            shown = arg if isinstance(arg, str) else orjson.dumps(arg).decode()
+            lines.append(f"{key}: {shown}")
+    return "\n".join(lines)
+
+
+def transcript(graph: Graph, node: Node, path: Path) -> str:
+    """The thread from `node` to its head: each message under a header naming its role and
+    node, its words verbatim, and below it each call with its result's handle (and its
+    input's, when the input holds long strings)."""
+    thread = graph.function_path(node.owner) if node.owner else path
     ids = thread.ids[thread.index(node.id) :] if node.id in thread else [node.id]
-    return "\n".join(range_entries(graph, ids))
+    sid = graph.session_id
+    out = []
+    for node_id in ids:
+        message = graph.nodes[node_id]
+        role = "user (meta)" if message.kind == "user" and message.meta else message.kind
+        out.append(f"── {role} {node_id} ──")
+        text = content_text(message_blocks(message))
+        if text:
+            out.append(text)
+        for call in graph.calls_of(message):
+            line = (
+                range_entries(graph, [node_id], only=call.id)[0]
+                if has_content(graph, call)
+                else f"{handle_for(sid, call.id)} {call.name} (no result yet)"
+            )
+            if call.kind == "tool" and has_long_strings(call.input, INPUT_NOTE_CHARS):
+                line += f"; its input: {handle_for(sid, call.id, INPUT)}"
+            out.append(f"→ {line}")
+    return "\n".join(out)
 
 
 def recall(
@@ -238,8 +324,14 @@ def recall(
 ) -> Recalled:
     """Lines `start_line..end_line` of what `handle` stands for, whole lines up to
     `max_chars` characters (a first line longer than that is cut)."""
-    node = resolve(graph, handle, path)
-    text = text_of(graph, node)
+    node, part = resolve(graph, handle, path)
+    return page(text_of(graph, node, part, path), max_chars, start_line, end_line)
+
+
+def page(
+    text: str, max_chars: int, start_line: int | None = None, end_line: int | None = None
+) -> Recalled:
+    """Lines `start_line..end_line` of `text`, whole lines up to `max_chars` characters."""
     starts = line_starts(text)
     total = len(starts)
     first = 1 if start_line is None else start_line

@@ -19,6 +19,8 @@ from typing import Any
 import orjson
 import tiktoken
 
+from . import media
+
 VOCAB_FILE = "cl100k_base.tiktoken"
 VOCAB_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
 # The cl100k_base split pattern and special tokens, as published with tiktoken (MIT).
@@ -34,10 +36,12 @@ _CL100K_SPECIAL = {
     "<|endofprompt|>": 100276,
 }
 
-# Fixed estimates for parts that are not text (Anthropic: ~(w·h)/750 tokens per image; with no
-# dimensions known we use a typical screenshot).
-IMAGE_TOKENS = 1600
-DOCUMENT_TOKENS = 3000
+# Images and documents are priced by the provider's rule from their bytes (`media`); these are
+# what one costs when there are no bytes to read (a URL or file reference): the largest image
+# the provider keeps, and a document of `UNKNOWN_DOCUMENT_PAGES` dense pages
+IMAGE_TOKENS = media.UNKNOWN_IMAGE_TOKENS
+UNKNOWN_DOCUMENT_PAGES = 5
+DOCUMENT_TOKENS = UNKNOWN_DOCUMENT_PAGES * (media.page_image_tokens(612, 792) + 3000)
 # Framing the provider adds around each message and block (roles, block headers).
 MESSAGE_OVERHEAD = 4
 BLOCK_OVERHEAD = 3
@@ -142,14 +146,40 @@ class Counter:
         if kind == "redacted_thinking":
             return len(block["data"]) // 4 + BLOCK_OVERHEAD
         if kind == "image":
-            return IMAGE_TOKENS
+            return self.image(block)
         if kind == "document":
-            return DOCUMENT_TOKENS
+            return self.document(block)
         if kind == "tool_use":
             return self.text(block["name"]) + self.json(block["input"]) + BLOCK_OVERHEAD
         if kind == "tool_result":
             return self.result(block.get("content", "")) + BLOCK_OVERHEAD
         return self.json(block) + BLOCK_OVERHEAD
+
+    def image(self, block: dict[str, Any]) -> int:
+        """An image by the provider's rule, from its bytes' header (`media`)."""
+        source = block.get("source") or {}
+        if source.get("type") == "base64" and isinstance(source.get("data"), str):
+            return media.base64_image_tokens(source["data"])
+        return IMAGE_TOKENS
+
+    def document(self, block: dict[str, Any]) -> int:
+        """A document by what it holds: a PDF by its pages (each page's image and its text), a
+        plain-text or content document by its text."""
+        source = block.get("source") or {}
+        kind = source.get("type")
+        data = source.get("data")
+        extra = sum(
+            self.text(v)
+            for k, v in block.items()
+            if k in ("title", "context") and isinstance(v, str)
+        )
+        if kind == "base64" and isinstance(data, str):
+            return media.base64_pdf_tokens(data) + extra + BLOCK_OVERHEAD
+        if kind == "text" and isinstance(data, str):
+            return self.text(data) + extra + BLOCK_OVERHEAD
+        if kind == "content" and isinstance(source.get("content"), str | list):
+            return self.result(source["content"]) + extra + BLOCK_OVERHEAD
+        return DOCUMENT_TOKENS
 
     def result(self, content: Any) -> int:
         if isinstance(content, str):

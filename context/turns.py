@@ -70,18 +70,20 @@ def has_running(graph: Graph, path: Path, turn: Turn, *, pending: bool = True) -
 def is_complete(graph: Graph, path: Path, turn: Turn) -> bool:
     """A finished exchange. An earlier turn is complete: the conversation moved on past it (a
     function still running in it protects that turn by itself). The last turn is complete
-    once an assistant message in it ended without tool calls — and stays so when the agent
-    carries on in it (a hook's meta message, another tool loop). So the latest complete turn
-    only ever moves forward, and what it protects never flickers."""
+    once an assistant message in it ended without calls — and stays so when the agent carries
+    on in it (a hook's meta message, another tool loop). So the latest complete turn only
+    moves forward — unless the agent starts a function from the very message that had ended
+    the turn, which makes it a call after all."""
     if turn.end < path.length:
         return True
     return any(answered(graph, graph.nodes[n]) for n in path.line.ids[turn.start : turn.end])
 
 
 def answered(graph: Graph, node: Node) -> bool:
-    """An assistant message that ended without tool calls: its turn was complete there
-    (functions it started later do not count; a running one protects its turn anyway)."""
-    return node.kind == "assistant" and not any(graph.nodes[c].kind == "tool" for c in node.calls)
+    """An assistant message that ended without calls: its turn was complete there. A function
+    it started (`function/start` with `parent`) is a call like a tool's — the request shows it
+    as one — so that message handed work on, it did not answer."""
+    return node.kind == "assistant" and not node.calls
 
 
 def running_turns(graph: Graph, path: Path, turns: list[Turn]) -> list[int]:

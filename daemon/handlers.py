@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 from ..context.budget import Budget, known_model
 from ..context.engine import RenderParams as EngineRenderParams
 from ..context.policy import policy_from_config
-from ..context.recall import recall
 from ..context.render.request import RequestSpec
 from ..context.session import UNSET
 from ..context.visibility import ViewOptions
@@ -244,15 +243,7 @@ def register(server: Any, app: App) -> None:
     @rpc(server, m.CONTEXT_RECALL)
     def context_recall(ls: CompactdServer, p: t.RecallParams) -> t.RecallResult:
         session = app.session(p.session_id)
-        g = session.graph
-        got = recall(
-            g,
-            p.handle,
-            g.branch_path(p.branch),
-            engine.policy(session).recall_max_chars,
-            p.start_line,
-            p.end_line,
-        )
+        got = engine.recall(session.id, p.handle, p.start_line, p.end_line, p.branch)
         return t.RecallResult(
             got.text, got.total_lines, got.start_line, got.end_line, got.truncated
         )

@@ -308,12 +308,18 @@ class CompactParams:
 
 @attrs.define
 class CompactResult:
+    """`applied: false` for a /compact that did nothing: no provider, nothing to summarize,
+    no gain, or a provider failure (`failure`: why the provider gave no summary — `empty`,
+    `timeout`, `rate_limited`, `overloaded`, `auth`, `unavailable`, …); nothing was written
+    then."""
+
     applied: bool
     tokens_before: int
     tokens_after: int
     reason: str | None
     provider: str | None
     covered_turns: int
+    failure: str | None = None
 
 
 @attrs.define

@@ -7,7 +7,6 @@ from typing import Any
 
 from ..context.engine import Engine
 from ..context.errors import InvalidContent, UnknownHandle
-from ..context.recall import recall
 from ..protocol.recall import page_text
 
 
@@ -22,14 +21,7 @@ def answer(engine: Engine, session_id: str, branch: str, call: dict[str, Any]) -
             raise InvalidContent("startLine must be an integer", field="startLine")
         if end is not None and not isinstance(end, int):
             raise InvalidContent("endLine must be an integer", field="endLine")
-        got = recall(
-            session.graph,
-            str(args.get("handle", "")),
-            session.graph.branch_path(branch),
-            engine.policy(session).recall_max_chars,
-            start,
-            end,
-        )
+        got = engine.recall(session.id, str(args.get("handle", "")), start, end, branch)
     except (UnknownHandle, InvalidContent) as exc:
         return {
             "type": "tool_result",

@@ -22,12 +22,39 @@ from .compaction import prepare_summary
 log = logging.getLogger("compactd.daemon")
 
 
+class Sleeping:
+    """Sessions evicted from memory before their idle work fell due, with when it does: the
+    idle timer outlives eviction (600 s by default, long before the 90-minute idle pass), so
+    the idle work runs while the session is idle, not on its next request's path."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.due: dict[str, float] = {}  # session -> when its idle work falls due
+
+    def remember(self, session: Session) -> None:
+        at = self.app.engine.idle_at(session)
+        if at is not None:
+            self.due[session.id] = at
+
+    def wake_due(self, now: float) -> None:
+        """Load each session whose idle work is due: its first touch does that work (under
+        the store's claim), after which it is evicted again in its time."""
+        for sid, at in list(self.due.items()):
+            if at > now:
+                continue
+            del self.due[sid]
+            if sid not in self.app.engine.sessions:
+                self.app.session(sid)  # the first-touch hook runs the idle work
+
+
 def start(app: App) -> list[Coroutine[Any, Any, None]]:
     """Hook the idle check into first use; the background tasks to run."""
     # a daemon started after the idle period acts as soon as the session is used
+    sleeping = Sleeping(app)
     if app.settings.idle_work:
         app.registry.on_first_touch.append(lambda session: run_idle_if_due(app, session))
-    tasks = [idle_loop(app), warm_tokenizer()]
+        app.registry.on_evicting.append(sleeping.remember)
+    tasks = [idle_loop(app, sleeping), warm_tokenizer()]
     if app.settings.watch:
         tasks.append(watch_loop(app))
     return tasks
@@ -55,10 +82,11 @@ def _run_idle(app: App, session: Session) -> None:
     )
 
 
-async def idle_loop(app: App) -> None:
+async def idle_loop(app: App, sleeping: Sleeping) -> None:
     while True:
         await asyncio.sleep(app.settings.idle_check_seconds)
         try:
+            sleeping.wake_due(app.engine.clock())
             app.registry.evict_idle()
             if not app.settings.idle_work:
                 continue

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..context.engine import Engine, RenderParams
-from ..context.errors import InvalidContent, ProviderFailure, Stopped
+from ..context.errors import InvalidContent, Stopped
 from ..context.policy import policy_from_config
 from ..context.render.request import Rendered
 from ..context.replay import ReplayOptions, ReplayReport, replay
@@ -28,6 +28,7 @@ from ..context.summarizer.driver import drive_async
 from ..context.summarizer.types import Answer, Steps, SummaryFailure, SummaryNeeded
 from ..context.tiers.base import Outcome, TierEvent
 from ..context.tiers.reactive import Overflow, parse_overflow
+from ..context.tiers.rolling_summary import TIER
 from ..protocol.types import CompactResult, ProviderError, ReplayParams
 from .app import App, settle
 from .stoppable import Stop, run_stoppable
@@ -63,14 +64,27 @@ async def drive(
         return await drive_async(steps, answer)
 
 
-async def cascade(app: App, session_id: str, steps: Steps[Outcome], token: str | None) -> Outcome:
-    """One cascade, under the session's lock; every change it wrote is notified (a preview
-    wrote none)."""
+async def cascade(
+    app: App,
+    session_id: str,
+    steps: Steps[Outcome],
+    token: str | None,
+    *,
+    manual: bool = False,
+    dry_run: bool = False,
+) -> Outcome:
+    """One cascade, under the session's lock. Every change it wrote is notified, and every
+    compaction that did nothing after all (a summary that failed or gained nothing; with
+    `manual`, the /compact's summary whatever it did), with `applied: false`. A preview
+    (`dry_run`) wrote nothing and notifies nothing."""
     provider = app.engine.provider_for(app.engine.session(session_id))
     async with app.registry.lock(session_id):
         outcome = await drive(app, session_id, steps, provider=provider, token=token)
     for event in outcome.events:
-        if event.applied and event.record_ids:
+        if dry_run:
+            break
+        wrote = event.applied and event.record_ids
+        if wrote or event.details.get("attempted") or (manual and event.tier == TIER):
             app.notify_compacted(session_id, event)
     if outcome.record_ids:
         settle()  # what the compaction left is long-lived: out of the collector's full passes
@@ -119,23 +133,20 @@ async def render_with_cascade(
             field="overflow",
         )
     steps = app.engine.cascade(session_id, params, overflow=parsed, dry_run=dry_run)
-    outcome = await cascade(app, session_id, steps, token)
+    outcome = await cascade(app, session_id, steps, token, dry_run=dry_run)
     return outcome.rendered, outcome.events
 
 
 async def compact(
     app: App, session_id: str, params: RenderParams, instructions: str | None, token: str | None
 ) -> CompactResult:
-    """`/compact`: Tier 4 now. A failure or no gain is a result (applied=false) with the
-    reason, not an error; nothing is written then."""
+    """`/compact`: Tier 4 now. A provider failure, no gain or nothing to summarize is a result
+    (`applied: false`, both token counts, the reason, and for a failure its kind), not an
+    error; nothing is written then. A cancellation is still an error (−32800)."""
     steps = app.engine.cascade(session_id, params, manual=True, instructions=instructions)
-    outcome = await cascade(app, session_id, steps, token)
-    summary = next((e for e in outcome.events if e.tier == "summary"), None)
+    outcome = await cascade(app, session_id, steps, token, manual=True)
+    summary = next((e for e in outcome.events if e.tier == TIER), None)
     applied = bool(summary and summary.applied)
-    if summary is not None and not applied and summary.details.get("failed"):
-        raise ProviderFailure(
-            summary.reason, tier="summary", failure=summary.details.get("failure")
-        )
     return CompactResult(
         applied=applied,
         tokens_before=outcome.tokens_before,
@@ -143,6 +154,7 @@ async def compact(
         reason=summary.reason if summary else "nothing to summarize",
         provider=app.engine.provider_for(app.engine.session(session_id)),
         covered_turns=summary.details.get("coveredTurns", 0) if applied and summary else 0,
+        failure=summary.details.get("failure") if summary else None,
     )
 
 

@@ -25,6 +25,7 @@ class Registry:
         self._locks: dict[str, asyncio.Lock] = {}
         self.on_first_touch: list[Callable[[Session], None]] = []
         self.on_evict: list[Callable[[str], None]] = []  # what else holds per-session state
+        self.on_evicting: list[Callable[[Session], None]] = []  # the session, just before
 
     def get(self, session_id: str) -> Session:
         """The session, loaded (and caught up with other writers) for this request. The
@@ -57,6 +58,8 @@ class Registry:
             if lock is not None and lock.locked():
                 continue
             if now - self.last_used.setdefault(sid, now) >= self.evict_after:
+                for hook in self.on_evicting:
+                    hook(self.engine.sessions[sid])
                 self.engine.evict(sid)
                 self.last_used.pop(sid, None)
                 self._locks.pop(sid, None)

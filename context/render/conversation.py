@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from ..blocks import shorten_input
-from ..budget_reduction import truncate_result
+from ..budget_reduction import middle_truncate, truncate_result
 from ..errors import PendingToolResults
 from ..graph import Graph, Node, Path
 from ..policy import (
@@ -24,13 +24,14 @@ from ..policy import (
     HIDDEN_OUTPUT_PLACEHOLDER,
     NO_RESULT_PLACEHOLDER,
     RUNNING_FUNCTION_PLACEHOLDER,
+    SUMMARY_LAST_ASSISTANT_CHARS,
     Policy,
 )
 from ..projection import COLLAPSE as COLLAPSE_KIND
 from ..projection import SNIP as SNIP_KIND
 from ..projection import SUMMARY as SUMMARY_KIND
 from ..projection import Projection, hidden_runs
-from ..recall import cleared_note, handle_for, range_entries, range_note
+from ..recall import CUT, FROM, INPUT, cleared_note, handle_for, range_entries, range_note
 from ..tokens import BLOCK_OVERHEAD, MESSAGE_OVERHEAD, Counter
 from ..visibility import View
 
@@ -91,11 +92,18 @@ class Conversation:
         return sum(m.tokens for m in self.messages)
 
 
-def summary_marker(data: dict[str, Any], turns: int) -> str:
+def summary_marker(
+    data: dict[str, Any],
+    turns: int,
+    last_chars: int = SUMMARY_LAST_ASSISTANT_CHARS,
+    last_handle: str | None = None,
+) -> str:
     """The rolling summary as the model sees it: the provider's checkpoint, then — unless the
     checkpoint already quotes them — every user request it replaced, verbatim, and the latest
-    assistant text before the cut (the checkpoint rules of the spec's final table). A summary
-    inside a turn stands right after that turn's request, for the work done on it so far."""
+    assistant text before the cut (the checkpoint rules of the spec's final table), its first
+    and last characters when it is over `last_chars` (with recall, the note names
+    `last_handle`, which returns it whole). A summary inside a turn stands right after that
+    turn's request, for the work done on it so far."""
     text = data.get("text", "")
     replaced = f"{turns} turn{'s' if turns != 1 else ''}"
     if data.get("through"):
@@ -116,8 +124,13 @@ def summary_marker(data: dict[str, Any], turns: int) -> str:
         out.extend(f"- {r}" for r in missing)
     last = data.get("lastAssistant")
     if last and last not in text:
-        out.append("[the assistant's last message in that part, verbatim]")
-        out.append(last)
+        kept = last_assistant_kept(last, last_chars, last_handle)
+        out.append(
+            "[the assistant's last message in that part, verbatim]"
+            if kept == last
+            else "[the assistant's last message in that part, its beginning and its end]"
+        )
+        out.append(kept)
     media = data.get("media") or []
     if media:
         names = ", ".join(_media_label(m) for m in media)
@@ -129,6 +142,12 @@ def summary_marker(data: dict[str, Any], turns: int) -> str:
         else:
             out.append(f"[images and documents of that part, kept verbatim below: {names}]")
     return "\n\n".join(out)
+
+
+def last_assistant_kept(text: str, max_chars: int, handle: str | None = None) -> str:
+    """What a summary marker keeps of the last assistant text: all of it up to `max_chars`,
+    else its head and tail (60/40) around Budget Reduction's note."""
+    return middle_truncate(text, max_chars, max_chars * 6 // 10, max_chars * 4 // 10, handle)
 
 
 def _media_label(ref: dict[str, Any]) -> str:
@@ -194,16 +213,22 @@ class _Builder:
 
     # -- threads ------------------------------------------------------------------------
 
-    def handle(self, node_id: str) -> str | None:
-        """The recall handle of a node's content, when the request carries the recall tool."""
-        return handle_for(self.graph.session_id, node_id) if self.recall else None
+    def handle(self, node_id: str, part: str | None = None) -> str | None:
+        """The recall handle of (a part of) a node's content, when the request carries the
+        recall tool."""
+        return handle_for(self.graph.session_id, node_id, part) if self.recall else None
 
     def range_note(self, node_ids: list[str]) -> str:
-        """The handles of a removed range's tool results (empty without recall)."""
+        """The handles of a removed range: its transcript's and its tool results' (empty
+        without recall)."""
         if not self.recall or not node_ids:
             return ""
         entries = range_entries(self.graph, node_ids)
-        return range_note(entries, self.handle(node_ids[0]), self.policy.recall_list_max)
+        return range_note(
+            entries,
+            handle_for(self.graph.session_id, node_ids[0], FROM),
+            self.policy.recall_list_max,
+        )
 
     def thread(self, path: Path, proj: Projection, own: bool) -> tuple[int, int]:
         ids = path.line.ids
@@ -309,7 +334,13 @@ class _Builder:
     def summary(self, proj: Projection, turn: int, nodes: list[str] | None = None) -> None:
         assert proj.summary is not None
         data = proj.summary.data
-        text = summary_marker(data, len(proj.summary_turns))
+        last = data.get("lastAssistantNode")
+        text = summary_marker(
+            data,
+            len(proj.summary_turns),
+            self.policy.summary_last_assistant_chars,
+            self.handle(last) if isinstance(last, str) and last in self.graph.nodes else None,
+        )
         self.marker(text + self.range_note(nodes or []), turn, "summary")
         if not data.get("mediaDropped"):
             self.emit("user", self.media_parts(data.get("media") or []), turn, "summary")
@@ -397,12 +428,13 @@ class _Builder:
         return {"type": "tool_use", "id": f"fn_{call.id}", "name": call.name, "input": inp}
 
     def call_part(self, call: Node, shortened: bool) -> Part:
-        key = ("u", shortened, self.input_chars if shortened else 0)
+        key = ("u", shortened, self.input_chars if shortened else 0, shortened and self.recall)
         part = call.cache.get(key)
         if part is None:
             block = self.call_block(call)
             if shortened:
-                block["input"] = shorten_input(block["input"], self.input_chars)
+                handle = self.handle(call.id, INPUT)
+                block["input"] = shorten_input(block["input"], self.input_chars, handle)
             part = Part(block, TOOL_CALLS, self.counter.block(block), call.id)
             call.cache[key] = part
         return part
@@ -436,8 +468,13 @@ class _Builder:
         )
         if call.id in proj.evidence:
             rec = proj.evidence[call.id]
-            variant: tuple[Any, ...] = ("evidence", rec.id)
+            variant: tuple[Any, ...] = ("evidence", rec.id, self.recall)
             content, is_error, cat = rec.data.get("text", ""), call.is_error, MARKERS
+            if self.recall:
+                content += (
+                    f"\n[compactd_recall with handle {self.handle(call.id)} returns the "
+                    "original result]"
+                )
         elif call.id in proj.cleared:
             variant = ("cleared", self.recall)
             content, is_error, cat = CLEARED_PLACEHOLDER, call.is_error, MARKERS
@@ -460,9 +497,9 @@ class _Builder:
         if part is None:
             if content is None:
                 content = (
-                    self.function_content(fn, variant[2], self.handle(call.id))
+                    self.function_content(fn, variant[2], self.handle(call.id, CUT))
                     if fn is not None
-                    else truncate_result(call.result, *self.trunc, self.handle(call.id))
+                    else truncate_result(call.result, *self.trunc, self.handle(call.id, CUT))
                 )
             block: dict[str, Any] = {
                 "type": "tool_result",
@@ -503,7 +540,7 @@ class _Builder:
                     result = truncate_result(
                         call.result if call.answered else NO_RESULT_PLACEHOLDER,
                         *self.trunc,
-                        self.handle(call.id) if call.answered else None,
+                        self.handle(call.id, CUT) if call.answered else None,
                     )
                     if not isinstance(result, str):
                         result = "\n".join(

@@ -76,7 +76,10 @@ def digest_text(
         if kind == "summary":
             prior.append(item.get("text", ""))
         elif kind == "user":
-            requests.append(item.get("text", ""))
+            text = item.get("text", "")
+            # an earlier request the earlier checkpoint already quotes is not quoted twice
+            if not (item.get("earlier") and any(text in p for p in prior)):
+                requests.append(text)
         elif kind == "assistant":
             last_assistant = item.get("text")
         elif kind == "tool":

@@ -1,10 +1,11 @@
 """The summarizer's input: a range of whole turns, as the request rendered them.
 
 The input starts at the range's first message and holds the prior summary that applies to
-this branch, every original user request (also of snipped turns) and every visible tool
-result as rendered; `Range.covers` and the input describe the same range (the spec's
-rolling-summary constraints). A line longer than one chunk of the smallest size is split, so
-chunked generation can always make progress.
+this branch with every user request it replaced (verbatim: a chain of summaries must not
+leave the user's words to a paraphrase), every original user request (also of snipped turns)
+and every visible tool result as rendered; `Range.covers` and the input describe the same
+range (the spec's rolling-summary constraints). A line longer than one chunk of the smallest
+size is split, so chunked generation can always make progress.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class SummaryInput:
     # images and documents of the range, named in the input and kept in the request after
     # the checkpoint: {"name", "kind", "node", "block", "toolUseId"?} (a prior summary's first)
     media: list[dict[str, Any]] = attrs.field(factory=list)
+    last_assistant_node: str | None = None  # the message `last_assistant` is the text of
 
     @property
     def tokens(self) -> int:
@@ -76,7 +78,8 @@ def _text_of(content: Any) -> str:
         if block.get("type") == "text":
             out.append(block["text"])
         elif block.get("type") in MEDIA_KINDS:
-            out.append(f"[{block['type']}, kept in the request]")
+            # named, not said to be kept: whether it stays is decided after the summary
+            out.append(f"[{block['type']}]")
         else:
             out.append(f"[{block.get('type', 'content')}]")
     return "\n".join(out)
@@ -109,16 +112,22 @@ def build_input(
     items: list[dict[str, Any]] = []
     requests: list[str] = []
     last_assistant: str | None = None
+    last_node: str | None = None
     prior_text: str | None = None
     media: list[dict[str, Any]] = []
     starts = {t.start_id for t in rng.turns} | ({rng.partial.start_id} if rng.partial else set())
     inside = proj.summary_through[0] if proj.summary_through else None
     if proj.summary is not None and (bool(starts & proj.summary_turns) or inside in starts):
         prior_text = proj.summary.data.get("text", "")
-        requests.extend(proj.summary.data.get("userRequests", []))
+        earlier = list(proj.summary.data.get("userRequests", []))
+        requests.extend(earlier)
         media.extend(proj.summary.data.get("media") or [])
         lines.append(f"<previous_checkpoint>\n{prior_text}\n</previous_checkpoint>")
         items.append({"type": "summary", "text": prior_text})
+        # the user's own words of what the prior summary replaced, not only its paraphrase
+        for text in earlier:
+            lines.append(f"USER (an earlier request, verbatim): {text}")
+            items.append({"type": "user", "text": text, "earlier": True})
     by_turn: dict[int, list[Any]] = {}
     for msg in conv.messages:
         if msg.turn >= 0:
@@ -148,9 +157,11 @@ def build_input(
             if msg.kind != "turn":
                 continue
             for part in msg.parts:
-                last_assistant = _describe(
+                said = _describe(
                     graph, msg.role, part, lines, items, last_assistant, evidence, media
                 )
+                if said is not last_assistant:
+                    last_assistant, last_node = said, part.node
     if rng.partial is not None and rng.through is not None:
         # the turn's request stays verbatim in the request: here it is context for the work on
         # it so far (what the summary replaces), not one of the requests the summary quotes
@@ -163,9 +174,11 @@ def build_input(
             for part in msg.parts:
                 at = thread_index(graph, part.node, path) if part.node else None
                 if at is not None and rng.partial.start < at <= rng.through:
-                    last_assistant = _describe(
+                    said = _describe(
                         graph, msg.role, part, lines, items, last_assistant, evidence, media
                     )
+                    if said is not last_assistant:
+                        last_assistant, last_node = said, part.node
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
     pieces = [(i > 0, p) for line in lines for i, p in enumerate(_split_line(line, counter))]
     return SummaryInput(
@@ -178,6 +191,7 @@ def build_input(
         digest,
         [cont for cont, _ in pieces],
         media,
+        last_node,
     )
 
 

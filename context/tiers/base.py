@@ -22,7 +22,7 @@ from ..projection import CLEAR, CONTEXT_KINDS, REACTIVE
 from ..render.request import Rendered, RenderParams, RequestSpec
 from ..session import Session
 from ..summarizer.input import Range, SummaryInput, build_input
-from ..summarizer.types import Steps
+from ..summarizer.types import Steps, SummaryFailure
 from ..visibility import ViewOptions
 
 CONTENT_RECORDS = CONTEXT_KINDS | {REACTIVE}
@@ -193,8 +193,20 @@ class Run:
         self.rerender()
         return True
 
+    def failed(self, tier: str, failure: SummaryFailure) -> None:
+        """A tier whose provider gave nothing it could use: nothing was written, and a
+        compaction that did nothing is notified (`attempted`)."""
+        self.note(
+            tier,
+            f"{failure.message}; nothing was written",
+            failed=True,
+            failure=failure.kind,
+            attempted=True,
+        )
+
     def note(self, tier: str, reason: str, **details: Any) -> None:
-        """A tier that looked and did nothing says why."""
+        """A tier that looked and did nothing says why (`attempted=True`: it asked a provider
+        and got nothing it could use — a compaction that did nothing, which is notified)."""
         self.events.append(TierEvent(tier, reason, False, self.total, self.total, [], details))
 
     def _layout(self) -> tuple[Any, ...]:

@@ -78,7 +78,7 @@ def apply(run: Run) -> Steps[None]:
                 limits=Limits.of(policy, run.engine.clock),  # the time bound, per segment
             )
         except SummaryFailure as failed:
-            run.note(TIER, f"{failed.message}; nothing was written", failed=True)
+            run.failed(TIER, failed)
             return
         before = run.total
         run.propose(
@@ -107,7 +107,7 @@ def apply(run: Run) -> Steps[None]:
         )
         if run.total >= before:
             run.retract()
-            run.note(TIER, "no gain from a segment summary; nothing was written")
+            run.note(TIER, "no gain from a segment summary; nothing was written", attempted=True)
             return
 
 

@@ -14,8 +14,9 @@ Two paths (spec §4, DESIGN §4):
 
 Triggers: the count trigger (first pass at 50 tool calls, then every 25 more) and the idle
 trigger. A count-triggered clear while the cache is warm and the request is under its
-threshold is deferred (DESIGN §4 "cache-aware scheduling"): it would re-write the cache for
-little gain; it is applied with the next change the window forces, or when the cache is cold.
+threshold is deferred (DESIGN §4 "cache-aware scheduling") when it would re-write the cache for
+little gain: it is applied with the next change the window forces, or when the cache is cold —
+but never more than `microcompactDeferCalls` calls past its due point, so the trigger fires.
 
 Clearing reaches into the latest turns too (never the `keep_recent` newest calls): a single
 agentic turn can hold hundreds of results, and without this nothing could make it fit. The
@@ -137,13 +138,23 @@ def larger_than_placeholder(result: Any) -> bool:
     return False
 
 
+def due_at(c: Candidates, policy: Policy) -> int:
+    """The call count at which the count trigger is due: first at `microcompact_first_at`
+    calls, then every `…_every` more after the last count-triggered pass."""
+    if c.last_pass_at is None:
+        return policy.microcompact_first_at
+    return c.last_pass_at + policy.microcompact_every
+
+
 def count_due(c: Candidates, policy: Policy) -> bool:
     """The count trigger: first at `microcompact_first_at` calls, then every `…_every` more."""
-    if c.calls < policy.microcompact_first_at:
-        return False
-    if c.last_pass_at is None:
-        return True
-    return c.calls >= c.last_pass_at + policy.microcompact_every
+    return c.calls >= due_at(c, policy)
+
+
+def deferred_until(c: Candidates, policy: Policy) -> int:
+    """The call count past which a count-triggered clear is not deferred any longer, however
+    warm the cache: the due point plus `microcompactDeferCalls`."""
+    return due_at(c, policy) + policy.microcompact_defer_calls
 
 
 def clear_record(
@@ -291,21 +302,25 @@ def apply(run: Run) -> None:
                 calls=cands.calls,
             )
         return
-    if count and not over and policy.microcompact_warm != "apply":
+    bound = deferred_until(cands, policy)
+    if count and not over and policy.microcompact_warm != "apply" and cands.calls < bound:
         pays, saved, rewritten = clear_pays(run, cands, mode)
         if not pays:
             run.note(
                 TIER,
                 f"deferred: the cache is warm and the request is under its threshold; "
                 f"clearing would save {saved:,} tokens per request but re-write {rewritten:,} "
-                "cached tokens",
+                f"cached tokens; it fires at {bound} tool calls at the latest (sooner when the "
+                "window forces a change)",
                 calls=cands.calls,
                 clearable=cands.count,
+                firesAt=bound,
             )
             return
     trigger = "count" if count else "forced"
     why = (
         f"{cands.calls} tool calls"
+        + (" (deferred as far as it may be)" if count and not over and cands.calls >= bound else "")
         if count
         else "over threshold (the window forces a change; old results go before whole turns)"
     )
@@ -330,6 +345,37 @@ def apply(run: Run) -> None:
             f"{minimum:,}) while the request still fits; the cache is kept",
             calls=cands.calls,
         )
+
+
+def headroom_only(run: Run) -> bool:
+    """After the other tiers: a forced clear is the run's only change and the request would
+    fit its limit without it — it buys headroom, the window does not force it. Under the
+    `economic` rule such a clear must pay like a warm one (a result or two cleared per
+    request, each re-writing the cache, is the thrash the rule is for)."""
+    if run.policy.microcompact_warm != "economic" or len(run.pending) != 1:
+        return False
+    record, _event = run.pending[0]
+    return record["kind"] == CLEAR and record["data"].get("trigger") == "forced"
+
+
+def keep_if_paid(run: Run) -> None:
+    """Withdraw the headroom-only clear unless the request needs it to fit or DESIGN §4's
+    warm rule says it pays; then it is proposed again, as it was."""
+    record, event = run.pending[0]
+    run.withdraw(CLEAR)
+    cands = _candidates(run)
+    if run.total <= run.limit and cands.any:
+        pays, saved, rewritten = clear_pays(run, cands, _mode(run))
+        if not pays:
+            run.note(
+                TIER,
+                f"not worth it: the request fits its limit without it, and a clear would save "
+                f"{saved:,} tokens per request but re-write {rewritten:,} cached tokens; the "
+                "cache is kept",
+                calls=cands.calls,
+            )
+            return
+    run.propose(record, event)
 
 
 def _mode(run: Run) -> str:

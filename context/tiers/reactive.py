@@ -1,9 +1,12 @@
 """Tier 5 — Reactive: the provider said the prompt is too long.
 
 The client reports HTTP 413, or a 400 whose message reads `prompt is too long: N tokens > M
-maximum` (notes/anthropic-api.md §5). The daemon adopts the provider's own count N for its
-estimate, then runs the cascade to bring the request under M with a margin — at most once per
-user turn, so a second overflow in the same turn ends in a clean "cannot fit" and never a loop.
+maximum` (notes/anthropic-api.md §5). The daemon adopts the provider's own count N as the truth
+for that request — however far it is from our estimate, so no clamp — then runs the cascade to
+bring the request under M with a margin. The request that goes out must be verifiably smaller
+than the one the provider refused (`verify`); the same request again is "cannot fit" instead.
+At most once per user turn, so a second overflow in the same turn ends in a clean "cannot fit"
+and never a loop.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class Overflow:
     message: str
     prompt_tokens: int | None
     limit_tokens: int | None
+    estimated: int | None = None  # our estimate of the refused request, when known
 
 
 def parse_overflow(status: int, message: str) -> Overflow | None:
@@ -76,10 +80,11 @@ def apply(run: Run, overflow: Overflow) -> None:
                 limit=overflow.limit_tokens,
             )
     model = run.spec.model or ""
-    estimate = run.rendered.estimate
+    # the refused request's size in our units: the render it was (or this one, unknown)
+    estimate = overflow.estimated or run.rendered.estimate
     if overflow.prompt_tokens is not None and estimate > 0:
         forced = Calibration(dict(run.engine.calibration(run.session).ratios))
-        forced.force(model, overflow.prompt_tokens, estimate)
+        forced.force(model, overflow.prompt_tokens, estimate, clamp=False)
         run.forced_calibration = forced
         run.rerender()
     target = target_tokens(overflow, run.total, run.limit, run.policy.reactive_margin)
@@ -99,18 +104,38 @@ def apply(run: Run, overflow: Overflow) -> None:
             "model": model,
         },
     }
-    before = run.total
+    before = overflow.prompt_tokens or run.total
     event = TierEvent(
         TIER,
         f"provider overflow ({overflow.status}): {overflow.message[:200]}",
         applied=True,
         tokens_before=before,
-        tokens_after=before,
+        tokens_after=run.total,
         details={
             "target": target,
             "reported": overflow.prompt_tokens,
             "limit": overflow.limit_tokens,
+            "refusedEstimate": estimate,
         },
     )
     run.pending.append((record, event))
     run.events.append(event)
+
+
+def verify(run: Run) -> None:
+    """After the cascade: the request must be smaller than the one the provider refused, in
+    our own units (the provider's count of it was that one's). The same request would only be
+    refused again, so it is "cannot fit" before it is sent. The event then says what the
+    request became."""
+    event = next(e for e in run.events if e.tier == TIER)
+    refused = event.details["refusedEstimate"]
+    event.tokens_after = run.total
+    if run.rendered.estimate >= refused:
+        raise CannotFit(
+            f"the provider refused this request as too long and nothing could make it smaller "
+            f"({run.rendered.estimate:,} estimated tokens, as before); sending it again would "
+            "only be refused again",
+            tokens=run.total,
+            limit=run.limit,
+            events=run.events,
+        )

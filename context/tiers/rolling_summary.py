@@ -35,7 +35,7 @@ import attrs
 
 from ..graph import Graph, Path
 from ..projection import EVIDENCE, SUMMARY, Projection, thread_index
-from ..render.conversation import TOOL_RESULTS
+from ..render.conversation import TOOL_RESULTS, last_assistant_kept
 from ..summarizer.evidence import (
     EvidenceSource,
     batches,
@@ -47,7 +47,7 @@ from ..summarizer.generate import Limits, generate
 from ..summarizer.input import Range, SummaryInput, user_request_texts
 from ..summarizer.instructions import checkpoint_system
 from ..summarizer.types import Steps, SummaryFailure, SummaryNeeded
-from ..tokens import IMAGE_TOKENS, MESSAGE_OVERHEAD
+from ..tokens import MESSAGE_OVERHEAD
 from ..turns import Turn, has_running, is_complete, plan_cuts, turn_node_ids, turns_of
 from .base import Run, TierEvent
 
@@ -181,9 +181,11 @@ def size_asked(run: Run) -> tuple[int, int]:
     return min(run.policy.summary_min_tokens, cap), cap
 
 
-PreparedKey = tuple[str, str | None, str]
-"""What a prepared summary is reused for: the range's input hash, the model, the
-instructions ("" without)."""
+PreparedKey = tuple[str, str | None, str, str | None, int]
+"""What a prepared summary is reused for: the range's input hash, the summary model, the
+instructions ("" without), and the request it was written for — its model and its limit (the
+spec's "identical source prefix and model": the checkpoint's size and what it may leave out
+follow the request's budget)."""
 
 
 @attrs.frozen
@@ -197,10 +199,17 @@ class Checkpoint:
 
 
 def range_key(run: Run, rng: Range, instructions: str | None) -> PreparedKey:
-    """The key of `rng`'s checkpoint: the hash of its input before evidence, the model and the
-    instructions — a summary made for another of the three is not this one."""
+    """The key of `rng`'s checkpoint: the hash of its input before evidence, the summary
+    model, the instructions, the request's model and its limit — a summary made for another
+    of these is not this one."""
     inp = run.summary_input(rng)
-    return inp.digest, run.policy.summary_model or None, instructions or ""
+    return (
+        inp.digest,
+        run.policy.summary_model or None,
+        instructions or "",
+        run.spec.model,
+        run.limit,
+    )
 
 
 def evidence_sources(run: Run, rng: Range) -> list[EvidenceSource]:
@@ -336,6 +345,7 @@ class MarkerBound:
     does not; inside a turn, the latest assistant message stays after the marker)."""
 
     HEADER = 40
+    NOTE = 60  # the recall note in a cut last assistant text
 
     def __init__(self, run: Run) -> None:
         self.run = run
@@ -352,28 +362,35 @@ class MarkerBound:
                 self.requests[turn.start_id] = sum(map(counter.request_text, texts))
             tokens += self.requests[turn.start_id]
         last = _last_assistant_text(run.graph, run.path, rng) if rng.partial is None else None
-        if last:
-            tokens += counter.request_text(last)
-        tokens += IMAGE_TOKENS * _media_count(run, rng)  # images and documents stay
+        if last:  # as the marker keeps it (its ends, past the bound; the note's ~50 tokens)
+            kept = last_assistant_kept(last, run.policy.summary_last_assistant_chars)
+            tokens += counter.request_text(kept) + (self.NOTE if kept != last else 0)
+        tokens += _media_tokens(run, rng)  # images and documents stay
         return round(tokens * run.rendered.ratio)
 
 
-def _media_count(run: Run, rng: Range) -> int:
-    """Images and documents the summary of `rng` keeps (an upper bound: every one in its
-    new turns and, as the prior summary's, already kept)."""
+def _media_tokens(run: Run, rng: Range) -> int:
+    """What the images and documents the summary of `rng` keeps cost (an upper bound: every
+    one in its new turns and, as the prior summary's, those already kept)."""
     summary = run.rendered.projection.summary
-    count = len(summary.data.get("media") or []) if summary is not None else 0
-    graph = run.graph
+    graph, counter = run.graph, run.engine.counter
+    blocks: list[dict[str, Any]] = []
+    for ref in (summary.data.get("media") or []) if summary is not None else []:
+        node = graph.nodes.get(ref.get("node") or "")
+        source = (node.result if node.kind == "tool" else node.content) if node else None
+        index = ref.get("block", -1)
+        if isinstance(source, list) and 0 <= index < len(source):
+            blocks.append(source[index])
     for node_id in rng.covers:
         node = graph.nodes.get(node_id)
         if node is None:
             continue
         source = node.result if node.kind == "tool" else node.content
         if isinstance(source, list):
-            count += sum(
-                1 for b in source if isinstance(b, dict) and b.get("type") in ("image", "document")
+            blocks.extend(
+                b for b in source if isinstance(b, dict) and b.get("type") in ("image", "document")
             )
-    return count
+    return sum(counter.block(b) for b in blocks)
 
 
 def _last_assistant_text(graph: Graph, path: Path, rng: Range) -> str | None:
@@ -393,9 +410,13 @@ def _last_assistant_text(graph: Graph, path: Path, rng: Range) -> str | None:
 def choose_range(run: Run) -> Range | None:
     """The range Tier 4 replaces, the least that brings the request to the run's target:
     before the latest `summaryKeepTurns` complete turns; else before the latest complete turn
-    (the spec's "retain the latest turn"); else inside the latest complete turn, then inside
-    the active one (a long turn of tool calls). With nothing to summarize, short history is
-    left alone."""
+    (the spec's "retain the latest turn"); else inside a turn — the latest complete one, then
+    the active one (a long turn of tool calls). A range that takes the latest complete turn
+    (in part, or whole before a cut in the active turn) is chosen only when the request cannot
+    fit otherwise — get under `summarySplitTurnAbove` (0.75) of its limit, neither as it is
+    nor with whole turns summarized: the spec's rule gives way to what must be sent, never to
+    the headroom target. A cut in an active turn that leaves no complete exchange behind it to
+    keep may aim at the target. With nothing to summarize, short history is left alone."""
     policy, proj, graph, path = run.policy, run.rendered.projection, run.graph, run.path
     costs = Costs.of(run)
     marker = MarkerBound(run)
@@ -409,16 +430,20 @@ def choose_range(run: Run) -> Range | None:
         if wider is not None and (best is None or len(wider.turns) > len(best.turns)):
             best = wider
     if after(best) > run.target:
-        best = _inside_a_turn(run, costs, after) or best
+        # taking the latest complete turn only when no whole-turn range gets it under the bar
+        bar = max(run.target, min(run.threshold, int(policy.summary_split_turn_above * run.limit)))
+        cannot_fit = min(run.total, after(best)) > bar
+        best = _inside_a_turn(run, costs, after, may_take_latest=cannot_fit) or best
     if best is None or not (best.new_turns or best.partial is not None):
         return None
     return best
 
 
-def _inside_a_turn(run: Run, costs: Costs, after: Any) -> Range | None:
+def _inside_a_turn(run: Run, costs: Costs, after: Any, *, may_take_latest: bool) -> Range | None:
     """The shortest in-turn range that reaches the target, cutting in the latest complete
     turn first (the active turn stays whole), then in the active turn; if none reaches it,
-    the longest one there is."""
+    the longest one there is. Without `may_take_latest`, no range that takes the latest
+    complete turn (the active one itself, once complete) that is still shown."""
     graph, path, proj = run.graph, run.path, run.rendered.projection
     turns = turns_of(path)
     if not turns:
@@ -427,6 +452,13 @@ def _inside_a_turn(run: Run, costs: Costs, after: Any) -> Range | None:
     latest = next(
         (t for t in reversed(turns) if is_complete(graph, path, t) and t is not active), None
     )
+    kept = next((t for t in reversed(turns) if _exchange(graph, path, t)), None)
+    if kept is not None and kept.start_id in proj.summary_turns:
+        kept = None  # replaced already: nothing of it is left to keep
+    if not may_take_latest:
+        if kept is not None:
+            return None  # every in-turn range takes it (a cut in it, or it whole before one)
+        latest = None
     done = -1  # the path index an earlier in-turn summary replaced through
     if proj.summary_through is not None and proj.summary_through[1] in path:
         done = path.index(proj.summary_through[1])
@@ -442,6 +474,14 @@ def _inside_a_turn(run: Run, costs: Costs, after: Any) -> Range | None:
             if after(rng) <= run.target:
                 return rng
     return longest
+
+
+def _exchange(graph: Graph, path: Path, turn: Turn) -> bool:
+    """A complete turn the assistant answered in: what "the latest complete turn" keeps. A turn
+    of user content alone (an agent's environment note before the task) is not one."""
+    return is_complete(graph, path, turn) and any(
+        graph.nodes[n].kind == "assistant" for n in path.line.ids[turn.start : turn.end]
+    )
 
 
 def due(run: Run) -> bool:
@@ -465,6 +505,15 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
     proj = run.rendered.projection
     rng = choose_range(run)
     if rng is None:
+        bar = int(policy.summary_split_turn_above * run.limit)
+        if run.target < run.total <= max(bar, run.threshold):
+            run.note(
+                TIER,
+                "the retained turns stay whole: nothing before them is left to summarize and "
+                f"the request fits with them ({run.total:,} tokens); a summary inside the "
+                "latest complete turn waits until it would not; the provider was not called",
+            )
+            return
         run.note(
             TIER,
             "short history: nothing before the retained turns to summarize; the "
@@ -488,7 +537,7 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
             )
             usage = checkpoint.usage
     except SummaryFailure as failed:
-        run.note(TIER, f"{failed.message}; nothing was written", failed=True, failure=failed.kind)
+        run.failed(TIER, failed)
         return
     text = checkpoint.text
     data: dict[str, Any] = {
@@ -498,6 +547,7 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
         "userRequests": inp.user_requests,
         # inside a turn, the latest assistant message stays verbatim after the marker
         "lastAssistant": inp.last_assistant if rng.partial is None else None,
+        "lastAssistantNode": inp.last_assistant_node if rng.partial is None else None,
         "provider": run.provider,
         "inputHash": inp.digest,
         "inputTokens": inp.tokens,
@@ -523,9 +573,10 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
     summary_event = TierEvent(
         TIER,
         ("/compact" if manual else "over threshold after the cheaper tiers")
-        + f": summarized {_what(run.path, rng)}",
+        + f": summarized {_what(run, rng)}",
         details={
             "coveredTurns": len(rng.turns),
+            **_partial_details(run, rng),
             "provider": run.provider,
             "calls": usage.get("calls", 0),
             "inputTokens": usage.get("inputTokens", 0),
@@ -557,7 +608,18 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
             TIER,
             f"no gain: with the summary the request would need {after:,} tokens, "
             f"not fewer than {before:,}; nothing was written",
+            attempted=True,
         )
+
+
+def _partial_details(run: Run, rng: Range) -> dict[str, Any]:
+    """The event's word on a cut inside a turn: which turn, and whether it was complete."""
+    if rng.partial is None:
+        return {}
+    return {
+        "partialTurn": rng.partial.start_id,
+        "partialTurnComplete": is_complete(run.graph, run.path, rng.partial),
+    }
 
 
 def _inside(path: Path, rng: Range) -> dict[str, Any]:
@@ -567,16 +629,31 @@ def _inside(path: Path, rng: Range) -> dict[str, Any]:
     return {"partialTurn": rng.partial.start_id, "through": path.line.ids[rng.through]}
 
 
-def _what(path: Path, rng: Range) -> str:
+def _what(run: Run, rng: Range) -> str:
+    """What a summary replaced, in words: whole turns, and — inside a turn — which turn (the
+    latest complete one or the one in progress, by its request) and how many of its steps."""
     whole = f"{len(rng.turns)} turn(s)"
     if rng.partial is None or rng.through is None:
         return whole
+    path = run.path
     steps = sum(
         1
         for i in range(rng.partial.start + 1, rng.through + 1)
-        if path.line.ids[i] in path  # every node of the range counts once
+        if run.graph.nodes[path.line.ids[i]].kind == "assistant"
     )
-    return f"{whole} and the first {steps} step(s) of the turn still in progress"
+    which = (
+        "the latest complete turn"
+        if is_complete(run.graph, path, rng.partial)
+        else "the turn in progress"
+    )
+    asked = user_request_texts(run.graph, path, rng.partial)
+    quoted = f" ({_quote(asked[0])})" if asked else ""
+    return f"{whole} and the first {steps} step(s) of {which}{quoted}"
+
+
+def _quote(text: str, limit: int = 80) -> str:
+    line = " ".join(text.split())
+    return f"“{line if len(line) <= limit else line[: limit - 1] + '…'}”"
 
 
 def prepare(run: Run) -> Steps[bool]:

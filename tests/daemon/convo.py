@@ -87,6 +87,27 @@ def openai_turn(prefix: str, size: int = 200) -> list[Message]:
     ]
 
 
+def results_of(request: dict[str, Any]) -> list[Any]:
+    """The content of every Anthropic `tool_result` block of a request, in order."""
+    return [
+        b["content"]
+        for m in request["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    ]
+
+
+def called(ask: str, use_id: str, result: Any, tool: str = "Read", **inp: Any) -> list[Message]:
+    """One complete turn of one call: the request, the call, its `result`, a closing text."""
+    return [
+        user(ask),
+        assistant(f"calling {tool}", tool_use(use_id, tool, **inp)),
+        tool_results((use_id, result)),
+        assistant("done"),
+    ]
+
+
 def all_text(request: dict[str, Any]) -> str:
     """Every string in a rendered request, joined (for 'is this text in the context?')."""
     out: list[str] = []

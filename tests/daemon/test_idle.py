@@ -98,3 +98,24 @@ async def test_idle_work_is_done_persisted_and_survives_a_restart(tmp_path: Path
         await asyncio.sleep(0.5)
         assert heard_b == {"session/idle": [], "context/compacted": []}
         assert len((await b.get("idle-late"))["records"]) == len(late["records"])
+
+
+async def test_the_idle_pass_runs_in_the_background_after_eviction(tmp_path: Path) -> None:
+    """Eviction (here after 0.3 s unused) comes before the idle threshold (2 s), as with the
+    defaults (600 s before 90 minutes): the idle work still runs while the session is idle —
+    in the background, not on the next request's path."""
+    args = ("--idle-seconds", "2", "--idle-check-seconds", "0.2", "--evict-after-seconds", "0.3")
+    async with running(tmp_path / "data", *args) as daemon:
+        heard = listen(daemon)
+        await daemon.open_session("idle-evicted")
+        await daemon.append("idle-evicted", tool_turns("ev", READS))
+        await daemon.render("idle-evicted")
+        evicted = False
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline and not evicted:  # unused: it leaves memory first
+            evicted = "idle-evicted" not in (await daemon.status()).loaded_sessions
+            await asyncio.sleep(0.1)
+        assert evicted
+        await until(lambda: any(n["sessionId"] == "idle-evicted" for n in heard["session/idle"]))
+        view = await daemon.get("idle-evicted")
+        check_idle_clear(view, heard, "idle-evicted")

@@ -20,7 +20,7 @@ from tests.support.invariants import (
 )
 
 from .conftest import running
-from .convo import all_text, assistant, filler, tool_results, tool_turns, tool_use, user
+from .convo import all_text, assistant, filler, results_of, tool_results, tool_turns, tool_use, user
 from .wire import log_bytes
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -70,16 +70,6 @@ def lines_of(text: str, start: int, end: int) -> str:
     return "\n".join(text.split("\n")[start - 1 : end])
 
 
-def results_of(request: dict[str, Any]) -> list[Any]:
-    return [
-        b["content"]
-        for m in request["messages"]
-        if isinstance(m["content"], list)
-        for b in m["content"]
-        if b.get("type") == "tool_result"
-    ]
-
-
 async def test_a_cut_result_names_a_handle_that_returns_the_cut_lines(
     client: CompactdClient, data_dir: Path
 ) -> None:
@@ -110,9 +100,10 @@ async def test_a_cut_result_names_a_handle_that_returns_the_cut_lines(
     recalled = await read_all(client, sid, handle, first, last)
     assert recalled == lines_of(original, first, last)  # … and comes back, every line
     assert "big line 250: def f250(x)" in recalled
-    whole = await client.recall(sid, handle)  # no lines: from the first, one page
-    assert whole.start_line == 1 and whole.total_lines == 500 and whole.truncated is True
-    assert original.startswith(whole.text)
+    # no lines: from the first line the cut left out (the model has those before it), a page
+    whole = await client.recall(sid, handle)
+    assert whole.start_line == first and whole.total_lines == 500 and whole.truncated is True
+    assert whole.text.startswith(lines_of(original, first, first))
     # the same handle on every render (the cached prefix stays byte-stable)
     again = await client.render(sid, recall=True)
     assert again.request == rendered.request
@@ -155,14 +146,15 @@ async def test_a_result_cleared_by_tier_1_comes_back(client: CompactdClient) -> 
     await client.open_session(sid, config=config)
     await client.append(sid, tool_turns("cl", 8, 2000))
     full = (await client.measure(sid)).total
-    rendered = await client.render(sid, cascade=True, window=full + 600, max_output_tokens=500)
+    # over its limit: the clear is forced (one that only bought headroom would have to pay)
+    rendered = await client.render(sid, cascade=True, window=full + 300, max_output_tokens=500)
     assert [e.tier for e in rendered.events if e.applied] == ["microcompact"]
     cleared = [c for c in results_of(rendered.request) if "cleared by compactd" in c]
     assert len(cleared) == 3 and CLEARED_PLACEHOLDER not in said(rendered.request)
     (handle,) = HANDLE.findall(cleared[0])
     got = await client.recall(sid, handle)
     assert got.text == filler("cl-0", 2000).rstrip("\n") and got.truncated is False
-    openai = await client.render(sid, format="openai", window=full + 600, max_output_tokens=500)
+    openai = await client.render(sid, format="openai", window=full + 300, max_output_tokens=500)
     assert handle in said(openai.request)
 
 
@@ -174,8 +166,8 @@ async def test_snipped_turns_name_their_results(client: CompactdClient) -> None:
     snipped = await client.snip(sid, target_tokens=before.total // 2)
     assert snipped.applied is True
     text = said((await client.render(sid)).request)
-    handles = HANDLE.findall(text[text.index("removed here") :])
-    assert len(handles) == snipped.removed_turns
+    transcript, *handles = HANDLE.findall(text[text.index("removed here") :])
+    assert ".from." in transcript and len(handles) == snipped.removed_turns
     assert "Deploy src/sn_1.py" in text and filler("sn-1", 1500)[:100] not in text
     got = await client.recall(sid, handles[0])
     assert got.text == filler("sn-1", 1500).rstrip("\n")
@@ -190,7 +182,7 @@ async def test_a_summarized_range_names_its_results(client: CompactdClient) -> N
     check_anthropic_pairing(request)
     text = said(request)
     assert filler("su-0", 1500)[:200] not in text
-    start = text.index("[compactd_recall returns the tool results of these turns by handle]")
+    start = text.index("returns the messages of these turns verbatim, from the first on")
     handles = HANDLE.findall(text[start:])
     assert handles
     got = await client.recall(sid, handles[0])

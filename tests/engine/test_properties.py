@@ -18,13 +18,16 @@ from typing import Any
 
 import attrs
 import orjson
+from compactd.context.budget_reduction import NOTE_ROOM
 from compactd.context.engine import Engine
-from compactd.context.errors import PendingToolResults
+from compactd.context.errors import CannotFit, PendingToolResults
 from compactd.context.graph import Graph, Node
 from compactd.context.policy import RUNNING_FUNCTION_PLACEHOLDER, policy_from_config
 from compactd.context.recall import handles_in, recall
 from compactd.context.render.request import Rendered, RequestSpec, render_request
 from compactd.context.stores.files import FileStore
+from compactd.context.summarizer.driver import digest_answer, drive
+from compactd.context.summarizer.types import SummaryNeeded
 from compactd.context.tiers.rolling_summary import cut_points, in_turn_range
 from compactd.context.tokens import Counter
 from compactd.context.turns import Turn, has_running, plan_cuts, turn_node_ids, turns_of
@@ -42,6 +45,7 @@ from tests.engine.helpers import (
     wire,
 )
 from tests.support.invariants import thinking_sequence
+from tests.support.media import image_block, pdf, pdf_block, png
 
 SID = "prop"
 # fsync is what the store tests are about; here it only costs time, so use tmpfs if there is one
@@ -107,12 +111,25 @@ def _text(draw: Any, world: World, tag: str) -> str:
 
 
 def _result_content(draw: Any, world: World) -> Any:
-    kind = draw(st.sampled_from(["short", "short", "big", "blocks", "empty"]))
+    kind = draw(
+        st.sampled_from(["short", "short", "big", "blocks", "many", "document", "edge", "empty"])
+    )
     tag = world.uid("r")
     if kind == "short":
         return f"{tag} output"
     if kind == "empty":
         return ""
+    if kind == "many":  # an MCP tool's result: text blocks each short, long together
+        size = draw(st.integers(20, 900))
+        return [
+            {"type": "text", "text": f"{tag}.{i} " + "ab" * size}
+            for i in range(draw(st.integers(2, 8)))
+        ]
+    if kind == "edge":  # just over the limit (with or without recall's lower one)
+        return f"{tag} " + "z" * draw(st.sampled_from([55, 70, 3995, 4010, 4150, 4300]))
+    if kind == "document":
+        pages = draw(st.integers(1, 4))
+        return [pdf_block(pdf(pages, tag)), {"type": "text", "text": f"{tag} pages {pages}"}]
     big = f"{tag} " + "".join(f"{i:05d}," for i in range(draw(st.integers(700, 1500))))
     if kind == "big":
         return big
@@ -250,7 +267,14 @@ def act(draw: Any, world: World, action: str) -> None:
 
 
 def _user(draw: Any, world: World) -> dict[str, Any]:
-    return {"role": "user", "content": [{"type": "text", "text": _text(draw, world, "u")}]}
+    content: list[dict[str, Any]] = [{"type": "text", "text": _text(draw, world, "u")}]
+    attach = draw(st.sampled_from(["none", "none", "none", "image", "document"]))
+    if attach == "image":
+        size = (draw(st.integers(10, 3000)), draw(st.integers(10, 2000)))
+        content.append(image_block(png(*size)))
+    elif attach == "document":
+        content.append(pdf_block(pdf(draw(st.integers(1, 3)), world.uid("doc"))))
+    return {"role": "user", "content": content}
 
 
 def _with_call(msg: dict[str, Any], use_id: str) -> dict[str, Any]:
@@ -347,8 +371,9 @@ def _record(draw: Any, world: World, kind: str) -> dict[str, Any] | None:
         node = g.nodes[node_id]
         source = node.result if node.kind == "tool" else node.content
         for at, block in enumerate(source if isinstance(source, list) else []):
-            if block.get("type") == "image":
-                media.append({"name": f"image #{len(media) + 1}", "node": node_id, "block": at})
+            if block.get("type") in ("image", "document"):
+                name = f"{block['type']} #{len(media) + 1}"
+                media.append({"name": name, "node": node_id, "block": at})
     data = {"text": f"summary {world.uid('s')}", "turns": [t.start_id for t in chosen]}
     if media:
         data |= {"media": media, "mediaDropped": draw(st.booleans())}
@@ -422,7 +447,48 @@ def check_branch(world: World, branch: str, fmt: str, action: str) -> Rendered |
         assert b'"thinking"' not in orjson.dumps(request)
     check_prefix(world, branch, fmt, rendered, action)
     check_handles(world, branch, rendered)
+    if fmt == "anthropic":
+        check_budget_reduction(world, rendered)
     return rendered
+
+
+def check_budget_reduction(world: World, rendered: Rendered) -> None:
+    """Budget Reduction holds per tool result, whatever its blocks: a result shown raw keeps
+    its text whole up to the limit (and the room a cut's note takes), is never longer than it
+    was, and a cut one keeps the first and last characters of its text end to end."""
+    g = world.graph
+    policy = policy_from_config(g.config)
+    limit = policy.max_tool_result_chars
+    by_use = {
+        n.tool_use_id: n for n in g.nodes.values() if n.kind == "tool" and n.tool_use_id is not None
+    }
+    proj = rendered.projection
+    for block in blocks_in(rendered.request):
+        if block.get("type") != "tool_result":
+            continue
+        call = by_use.get(block["tool_use_id"])
+        if call is None or call.function or not call.answered:
+            continue
+        if call.id in proj.cleared or call.id in proj.evidence:
+            continue
+        original = _joined(call.result)
+        sent = _joined(block.get("content", ""))
+        head, tail = policy.truncate_head_chars, policy.truncate_tail_chars
+        if len(original) <= limit or len(original) - head - tail <= NOTE_ROOM:
+            assert sent == original, "a result within the limit (and its note's room) was cut"
+            continue
+        assert len(sent) < len(original)
+        assert sent.startswith(original[:head]) and sent.endswith(original[len(original) - tail :])
+
+
+def _joined(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(b.get("text", "") for b in content if b.get("type") == "text")
+
+
+def blocks_in(request: dict[str, Any]) -> list[dict[str, Any]]:
+    return [b for m in request["messages"] for b in blocks_of(m)]
 
 
 def check_handles(world: World, branch: str, rendered: Rendered) -> None:
@@ -452,10 +518,7 @@ def latest_complete(g: Graph, turns: list[Turn], path_length: int, ids: list[str
     running in one protects it by itself): the latest complete turn only moves forward."""
     for turn in reversed(turns):
         nodes = [g.nodes[i] for i in ids[turn.start : turn.end]]
-        if turn.end < path_length or any(
-            n.kind == "assistant" and not any(g.nodes[c].kind == "tool" for c in n.calls)
-            for n in nodes
-        ):
+        if turn.end < path_length or any(n.kind == "assistant" and not n.calls for n in nodes):
             return turn
     return None
 
@@ -668,5 +731,68 @@ def test_random_sessions_keep_the_invariants(data: st.DataObject) -> None:
                 if rendered is not None:
                     again = fresh.render(SID, params(fmt, branch=branch)).request
                     assert orjson.dumps(again) == orjson.dumps(rendered.request)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ---- a prepared checkpoint -------------------------------------------------------------------
+
+REQUESTS = [  # (model, window): the request a checkpoint is prepared for, or used with
+    ("claude-sonnet-4-5", None),
+    ("claude-haiku-4-5", None),  # the same window, another model
+    ("claude-sonnet-4-5", 100_000),  # the same model, half the window
+    ("test-model", 64_000),
+]
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(data=st.data())
+def test_a_prepared_checkpoint_is_used_only_for_the_request_it_was_prepared_for(
+    data: st.DataObject,
+) -> None:
+    """The spec's "reuse checkpoints only for an identical source prefix and model": a summary
+    prepared in the background for one request (model, budget) is committed by a /compact of
+    the very same request, and never by one for another model or another budget."""
+    root = Path(tempfile.mkdtemp(prefix="compactd-prop-", dir=FAST_DIR))
+    try:
+        engine = Engine(FileStore(root), counter=Counter(), summary_provider="digest")
+        world = World(root, engine)
+        new_session(engine, SID, config={"prepareOccupancy": 0.01, "evidenceEnabled": False})
+        for _ in range(data.draw(st.integers(3, 7), label="turns")):  # complete turns
+            engine.append(SID, messages=[_user(data.draw, world)])
+            for _ in range(data.draw(st.integers(0, 3), label="calls")):
+                act(data.draw, world, "assistant")
+                if world.open_calls():
+                    act(data.draw, world, "results")
+                while world.open_calls():  # every call answered before the turn ends
+                    act(data.draw, world, "results")
+            engine.append(SID, messages=[{"role": "assistant", "content": "done"}])
+        (model_a, window_a), (model_b, window_b) = (
+            data.draw(st.sampled_from(REQUESTS), label="prepared for"),
+            data.draw(st.sampled_from(REQUESTS), label="used with"),
+        )
+        p_a, p_b = params(model=model_a, window=window_a), params(model=model_b, window=window_b)
+        try:
+            steps = engine.prepare(SID, p_a)
+            if steps is None or not drive(steps, digest_answer):
+                return  # nothing to prepare for that request
+            asked: list[SummaryNeeded] = []
+            out = drive(
+                engine.cascade(SID, p_b, manual=True),
+                lambda need: asked.append(need) or digest_answer(need),
+            )
+        except (PendingToolResults, CannotFit):
+            return
+        summary = next(e for e in out.events if e.tier == "summary")
+        same = model_a == model_b and p_a.spec.budget().limit == p_b.spec.budget().limit
+        reused = summary.applied and summary.details["reused"]
+        if same:  # the very request: the prepared checkpoint is the one used, nothing asked
+            assert not asked and (reused or not summary.applied)
+        else:
+            assert not reused
     finally:
         shutil.rmtree(root, ignore_errors=True)

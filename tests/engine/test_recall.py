@@ -22,6 +22,7 @@ from compactd.context.recall import (
     handles_in,
     line_starts,
     recall,
+    resolve,
     shown_content,
 )
 from compactd.context.stores.files import FileStore
@@ -49,7 +50,9 @@ CLEARED_NOTE = re.compile(
     r"\[Old tool result content cleared by compactd; compactd_recall with handle "
     r"recall:[A-Za-z0-9_.-]+ returns its \d+ lines?\.\]"
 )
-RANGE_NOTE = re.compile(r"\n\n\[compactd_recall returns the tool results of these turns[^\x00]*$")
+RANGE_NOTE = re.compile(
+    r"\n\n\[compactd_recall with handle recall:\S+ returns the messages of these turns[^\x00]*$"
+)
 
 
 def without_recall(value: Any) -> Any:
@@ -124,7 +127,8 @@ def handles_text(request: dict[str, Any]) -> str:
 def check_cut(g: Any, match: re.Match[str]) -> None:
     """The cut note's numbers are the recall's: its lines hold what the note says was cut."""
     chars, first, last, total, handle = match.groups()
-    node = g.nodes[handle[len("recall:") :].rpartition(".")[0]]
+    node, part = resolve(g, handle, g.branch_path())
+    assert part == "cut"
     content = shown_content(g, node)
     text = content_text(content)
     got = recall(g, handle, g.branch_path(), 10**9)
@@ -165,7 +169,9 @@ def test_a_cut_result_of_several_blocks_counts_lines_across_them() -> None:
     assert total == len(whole) - 1  # the final newline opens no line
     assert whole[0] == "a" and whole[3].startswith("[image")  # 3 lines, then the image's 1
     text = big["text"]
-    assert first == 4 + text.count("\n", 0, 2400) + 1  # the line the cut starts in
+    # the cut is over the result's text end to end: 2,400 characters in, 5 of them the first
+    # block's
+    assert first == 4 + text.count("\n", 0, 2400 - 5) + 1  # the line the cut starts in
     assert last == 4 + text.count("\n", 0, len(text) - 1600 - 1) + 1  # … and ends in
     shown = cut[2]["text"]
     assert f"\n{whole[first]}\n" not in shown and f"\n{whole[last - 2]}\n" not in shown
@@ -222,7 +228,9 @@ def test_handles_are_the_sessions_own(engine: Engine) -> None:
     # the same bytes from a fresh engine: handles are a pure function of the graph
     shown = engine.render("mine", params(recall=True)).request
     fresh = Engine(engine.store).render("mine", params(recall=True)).request
-    assert orjson.dumps(shown) == orjson.dumps(fresh) and handles_in(shown) == {mine}
+    cut = handle_for("mine", mine[len("recall:") :].partition(".")[0], "cut")
+    assert orjson.dumps(shown) == orjson.dumps(fresh) and handles_in(shown) == {cut}
+    assert recall(g, cut, g.branch_path(), 100) == recall(g, mine, g.branch_path(), 100)
 
 
 def test_a_functions_output_and_a_turn_index_come_back(engine: Engine) -> None:
@@ -238,5 +246,9 @@ def test_a_functions_output_and_a_turn_index_come_back(engine: Engine) -> None:
     got = recall(g, handle, g.branch_path(), 10**6)
     assert got.text == report.rstrip("\n")
     turn = g.branch_path().ids[0]
-    index = recall(g, handle_for(sid, turn), g.branch_path(), 10**6)
-    assert index.text.startswith(f"{handle} Task dig (399 lines)")
+    asked = recall(g, handle_for(sid, turn), g.branch_path(), 10**6)  # a message: its words
+    assert asked.text == "go"
+    index = recall(g, handle_for(sid, turn, "from"), g.branch_path(), 10**6)
+    call_id = g.tool_by_use_id("t1").id  # type: ignore[union-attr]
+    assert f"→ {handle_for(sid, call_id)} Task dig (399 lines)" in index.text
+    assert index.text.startswith(f"── user {turn} ──\ngo")

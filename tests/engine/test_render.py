@@ -39,9 +39,12 @@ def test_middle_truncate_exact_shape() -> None:
     marker = "\n\n[… 1,000 characters truncated by compactd …]\n\n"
     assert out == text[:2400] + marker + text[-1600:]
     assert middle_truncate(text[:4000]) == text[:4000]
-    cut = middle_truncate(text[:4001])
-    assert cut.startswith(text[:2400]) and cut.endswith(text[4001 - 1600 : 4001])
-    assert "1 characters truncated" in cut
+    # a cut that would not make the result shorter is not made: its note takes the room
+    assert middle_truncate(text[:4001]) == text[:4001]
+    assert middle_truncate(text[:4200]) == text[:4200]  # up to the room a note may take
+    cut = middle_truncate(text[:4201])
+    assert cut.startswith(text[:2400]) and cut.endswith(text[4201 - 1600 : 4201])
+    assert "201 characters truncated" in cut and len(cut) < 4201
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -83,7 +86,9 @@ def test_big_result_is_truncated_ids_and_error_kept(engine: Engine, fmt: str) ->
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_block_list_result_truncates_each_text_part(engine: Engine, fmt: str) -> None:
+def test_a_block_list_result_is_cut_as_a_whole(engine: Engine, fmt: str) -> None:
+    """The limit applies to the result's text end to end: the last 1,600 characters are the
+    short tail block and the end of the big one."""
     sid = new_session(engine, "blocks")
     big = _pattern(6000, "b")
     img = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA"}}
@@ -93,8 +98,7 @@ def test_block_list_result_truncates_each_text_part(engine: Engine, fmt: str) ->
         messages=[user("x"), assistant(call("k")), results(result("k", content)), assistant("y")],
     )
     req = render(engine, sid, fmt).request
-    cut = middle_truncate(big)
-    assert "2,000 characters truncated" in cut
+    cut = big[:2400] + "\n\n[… 2,010 characters truncated by compactd …]\n\n" + big[-1590:]
     if fmt == "anthropic":
         assert tool_results(req)["k"]["content"] == [
             {"type": "text", "text": cut},

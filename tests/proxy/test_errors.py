@@ -151,9 +151,10 @@ def test_an_upstream_that_is_down_is_a_502_and_the_session_is_unchanged(tmp_path
 
 
 def test_prompt_too_long_runs_tier_5_and_retries_once(tmp_path: Path) -> None:
-    """The upstream counts far more than compactd's estimate (a 2.9 M "document"): Tier 5
-    takes its count, shrinks the request and the retry goes through — the client never sees
-    the 400. A second refusal of the retry reaches the client as the upstream's error."""
+    """The upstream counts four times compactd's estimate (past the 2.5× a usage report is
+    held to): Tier 5 takes its count as the truth, shrinks the request to fit it and the retry
+    goes through — the client never sees the 400. A second refusal of the retry reaches the
+    client as the upstream's error."""
     big = "word " * 40_000
     history = [{"role": "user", "content": "first question"}]
     for i in range(12):
@@ -176,7 +177,7 @@ def test_prompt_too_long_runs_tier_5_and_retries_once(tmp_path: Path) -> None:
             tmp_path / "data", anthropic=fake.base_url, args=["--summary-provider", "digest"]
         ) as proxy,
     ):
-        fake.push(Reply.prompt_too_long(prompt_tokens=250_000, limit_tokens=20_000))
+        fake.push(Reply.prompt_too_long(prompt_tokens=40_000, limit_tokens=20_000))
         fake.push(Reply.answer("fits now"))
         response = post(proxy, "/v1/messages", body, headers)
         assert response.status_code == 200, response.text
@@ -186,7 +187,7 @@ def test_prompt_too_long_runs_tier_5_and_retries_once(tmp_path: Path) -> None:
         assert "reactive" in proxy.log or "prompt is too long" in proxy.log
 
         fake.reset()
-        fake.push(Reply.prompt_too_long(prompt_tokens=250_000, limit_tokens=20_000), times=2)
+        fake.push(Reply.prompt_too_long(prompt_tokens=40_000, limit_tokens=20_000), times=2)
         again = [
             *history,
             {"role": "assistant", "content": "fits now"},

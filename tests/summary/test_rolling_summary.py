@@ -103,12 +103,12 @@ def test_short_history_under_the_threshold_is_left_alone(
     assert log_bytes(engine, sid) == log
 
 
-def test_when_two_kept_turns_are_still_too_many_the_latest_complete_one_keeps_its_ends(
+def test_when_two_kept_turns_are_still_too_many_the_latest_complete_one_stays_whole(
     digest_engine: Engine,
 ) -> None:
-    """Keeping two complete turns, then one, still leaves the request over its target: the
-    summary ends inside the latest complete turn, which keeps its request and its last
-    message verbatim (the active turn stays whole)."""
+    """Keeping two complete turns, then one, still leaves the request over its target — but
+    it fits its limit with the latest complete turn whole, so the summary replaces whole turns
+    only (a cut inside that turn would only buy headroom)."""
     engine = digest_engine
     sid = open_session(engine)
     for k in range(4):
@@ -121,12 +121,12 @@ def test_when_two_kept_turns_are_still_too_many_the_latest_complete_one_keeps_it
     (summary,) = records(engine, sid, "summary")
     starts = turn_starts(engine, sid)
     assert summary.data["turns"] == starts[:5]
-    assert summary.data["partialTurn"] == starts[5]
-    assert out.rendered.total < THRESHOLD < before.total
+    assert "partialTurn" not in summary.data and "through" not in summary.data
+    assert out.rendered.total < out.rendered.budget.limit and out.rendered.total < before.total
     shown = texts(out.rendered.request)
     assert "Request b5: explain module b5." in shown and "Request a6: now finish." in shown
     assert "Module b5 explained." in shown
-    assert not any("b5xw1300 " in t for t in shown)  # the explanation went into the summary
+    assert filler("b5x", 2600) in shown  # its explanation stays, verbatim
     # the checkpoint still quotes every request it replaced
     marker = next(t for t in shown if t.startswith("[compactd: summary"))
     for tag in ("s0", "s3", "b4"):

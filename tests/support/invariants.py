@@ -139,11 +139,21 @@ def recount_openai(request: dict[str, Any], counter: Counter) -> int:
                 if part["type"] == "text":
                     total += counter.text(part["text"]) + BLOCK_OVERHEAD
                 else:
-                    total += IMAGE_TOKENS
+                    total += _image_url_tokens(part, counter)
         for call in msg.get("tool_calls", []):
             fn = call["function"]
             total += counter.text(fn["name"]) + counter.text(fn["arguments"]) + BLOCK_OVERHEAD
     return total
+
+
+def _image_url_tokens(part: dict[str, Any], counter: Counter) -> int:
+    """An OpenAI image part counted as the Anthropic image it was rendered from: a data URL's
+    bytes by the provider's rule, a plain URL as the largest image."""
+    url = part["image_url"]["url"]
+    if url.startswith("data:") and ";base64," in url:
+        data = url.split(";base64,", 1)[1]
+        return counter.block({"type": "image", "source": {"type": "base64", "data": data}})
+    return IMAGE_TOKENS
 
 
 def server_view(request: dict[str, Any], input_chars: int = 200) -> dict[str, Any]:

@@ -73,6 +73,7 @@ export interface CompactParams {
   workDoneToken?: string | null;
 }
 
+/** `applied: false` for a /compact that did nothing: no provider, nothing to summarize, no gain, or a provider failure (`failure`: why the provider gave no summary — `empty`, `timeout`, `rate_limited`, `overloaded`, `auth`, `unavailable`, …); nothing was written then. */
 export interface CompactResult {
   applied: boolean;
   tokensBefore: number;
@@ -80,6 +81,8 @@ export interface CompactResult {
   reason: string | null;
   provider: string | null;
   coveredTurns: number;
+  /** Default: `null` (may be omitted). */
+  failure?: string | null;
 }
 
 /** A tier changed the context (or tried and said why not). */
