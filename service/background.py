@@ -26,7 +26,7 @@ def start(app: App) -> list[Coroutine[Any, Any, None]]:
     """Hook the idle check into first use; the background tasks to run."""
     # a daemon started after the idle period acts as soon as the session is used
     app.registry.on_first_touch.append(lambda session: run_idle_if_due(app, session))
-    tasks = [idle_loop(app), warm_tokenizer()]
+    tasks = [idle_loop(app), warm_tokenizer(), sweep_failed_creates(app)]
     if app.settings.watch:
         tasks.append(watch_loop(app))
     return tasks
@@ -110,6 +110,18 @@ async def watch_loop(app: App) -> None:
                 session.catch_up()
             except Exception:
                 log.exception("catching up %s failed", session.id)
+
+
+async def sweep_failed_creates(app: App) -> None:
+    """Move aside what failed creates left (a daemon killed mid-create, an older compactd's
+    empty log) and tell the operator; off the first request's path, in a worker thread."""
+    try:
+        moved = await asyncio.to_thread(app.engine.store.sweep)
+    except Exception:
+        log.exception("sweeping the data dir failed")
+        return
+    for what in moved:
+        app.store_said("warning", f"found what a failed create left: {what}")
 
 
 async def warm_tokenizer() -> None:

@@ -8,6 +8,10 @@ and what `tests/stores/test_conformance.py` holds both of them to:
 - **Durability.** An append returns only once its events are durable (fsync'ed, or committed);
   one that raises wrote nothing, or says in `data.written` that it cannot tell. History is
   never rewritten.
+- **Whole creates.** A session is created with its whole first content (a header, or a whole
+  import) or not at all: a create that fails — a full disk, a crash — leaves no session, so
+  its id stays free and nothing is listed. What a killed process left mid-create is moved
+  aside by `sweep` at start-up, never listed.
 - **Ordering.** One log per session, read back in the order it was written; between reading
   what other writers appended and appending, a writer holds the session's lock (`locked`), so
   two writers in any processes never interleave or lose an append.

@@ -85,7 +85,13 @@ class SessionStore(Protocol):
     ) -> tuple[list[dict[str, Any]], LoadReport]: ...
 
     def create(self, session_id: str, events: list[dict[str, Any]]) -> int:
-        """A new log holding `events`; fails if the session exists. Returns the cursor."""
+        """A new log holding `events`, whole or not at all (a create that fails leaves no
+        session, nothing listed); fails if the session exists. Returns the cursor."""
+        ...
+
+    def sweep(self) -> list[str]:
+        """At start-up: move aside what failed creates left (a process killed mid-create),
+        so it is never listed; says what was moved."""
         ...
 
     def append(self, session_id: str, events: list[dict[str, Any]]) -> int:

@@ -128,6 +128,10 @@ class PostgresStore:
     def close(self) -> None:
         self._pool.close()
 
+    def sweep(self) -> list[str]:
+        """Nothing to sweep: a create is one transaction, whole or absent."""
+        return []
+
     def _say(self, level: str, message: str) -> None:
         """Tell the owner; a listener that fails must not fail the store's own work."""
         if self.log is not None:
