@@ -25,7 +25,7 @@ from .policy import Policy, check_session_config, policy_from_config
 from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE, project
 from .render.request import Rendered, RenderParams, render_request
 from .session import UNSET, AppendResult, Library, Session
-from .stores.interface import SessionStore
+from .stores.interface import SessionCounts, SessionStore
 from .summarizer.types import Steps
 from .tiers import microcompact, rolling_summary, snip
 from .tiers.base import Outcome, Run, TierEvent
@@ -53,16 +53,6 @@ class ImportOutcome:
     session_ids: list[str]
     warnings: list[str]
     existing: list[str]
-
-
-@attrs.frozen
-class SessionSummary:
-    """What a listing shows of a session without the caller loading it."""
-
-    source: str | None
-    title: str | None
-    turns: int
-    tokens: int
 
 
 @attrs.frozen
@@ -119,7 +109,6 @@ class Engine:
         self._prepared: dict[str, tuple[PreparedKey, Any]] = {}
         self._preparations: dict[str, list[PreparedKey]] = {}  # ranges tried, newest last
         self._overflow: dict[str, Overflow] = {}
-        self._summaries: dict[str, tuple[Any, SessionSummary]] = {}
 
     # ---- sessions ----------------------------------------------------------------------------
 
@@ -168,8 +157,9 @@ class Engine:
         self, path: str, *, new: bool = False
     ) -> tuple[list[Session], ImportOutcome]:
         """Read a transcript (regular files only, each under `maxImportBytes`) and write its
-        new sessions, touching none of the engine's loaded state: the daemon runs this in a
-        worker thread so a big file never holds up its loop, and registers the sessions after."""
+        new sessions, counted for listings, touching none of the engine's loaded state: the
+        daemon runs this in a worker thread so a big file never holds up its loop, and
+        registers the sessions after."""
         from .importers import load_transcript
         from .importers.apply import import_session
         from .importers.files import read_limit, read_regular
@@ -187,6 +177,7 @@ class Engine:
                 existing.append(known[key])
                 continue
             session = import_session(self.library, imported, source_digest=digest)
+            self.store.keep_counts(session.id, self.counts(session, session.offset))
             sessions.append(session)
             ids.append(session.id)
             warnings.extend(f"{imported.source_id}: {w}" for w in imported.warnings)
@@ -221,30 +212,34 @@ class Engine:
         meta = header.get("meta") if isinstance(header, dict) else None
         return meta if isinstance(meta, dict) else {}
 
-    def summary(self, session_id: str, stamp: Any = None) -> SessionSummary:
-        """Source, title, turns and tokens (the current branch rendered with the defaults),
-        without keeping the session loaded; a log that cannot be read shows as empty.
-        `stamp` (the log's size and mtime): while it is the same, the last answer stands, so
-        an editor polling the list does not re-render every session."""
-        cached = self._summaries.get(session_id)
-        if stamp is not None and cached is not None and cached[0] == stamp:
-            return cached[1]
-        summary = self._summarize(session_id)
-        self._summaries[session_id] = (stamp, summary)
-        return summary
+    def counts(self, session: Session, cursor: int) -> SessionCounts:
+        """What a listing shows of a loaded session, as of `cursor` of its log: source and
+        title (its header), turns and tokens (the current branch rendered with the
+        defaults)."""
+        tokens = self.render_session(session, RenderParams()).tokens()
+        meta = session.graph.meta
+        return SessionCounts(
+            cursor, meta.get("source"), meta.get("title"), tokens["turns"], tokens["total"]
+        )
 
-    def _summarize(self, session_id: str) -> SessionSummary:
+    def keep_counts(self, session_id: str) -> SessionCounts:
+        """Count a session now and keep the counts beside its log, so listings read them
+        instead of loading it. A loaded session is caught up and counted as it is (its
+        tokens are tokenized already); another is loaded for this alone and not kept. A log
+        that cannot be loaded counts as empty, its header's source and title kept. The
+        cursor is taken before the log is read: counts never claim more than they saw."""
+        cursor = self.store.stat(session_id).cursor
         try:
-            session = self.sessions.get(session_id) or self.library.load(session_id)
-            rendered = self.render_session(session, RenderParams())
+            if session_id in self.sessions:
+                session = self.session(session_id)
+            else:
+                session = self.library.load(session_id)
+            counts = self.counts(session, cursor)
         except CompactdError:
             meta = self._header_meta(session_id)
-            return SessionSummary(meta.get("source"), meta.get("title"), 0, 0)
-        meta = session.graph.meta
-        tokens = rendered.tokens()
-        return SessionSummary(
-            meta.get("source"), meta.get("title"), tokens["turns"], tokens["total"]
-        )
+            counts = SessionCounts(cursor, meta.get("source"), meta.get("title"), 0, 0)
+        self.store.keep_counts(session_id, counts)
+        return counts
 
     def evict(self, session_id: str) -> None:
         """Forget a session: everything held for it goes (its graph, estimates, calibration,

@@ -104,13 +104,15 @@ def serve(args: argparse.Namespace) -> int:
         print(f"compactd: {exc}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(
+        code = asyncio.run(
             serve_stdio(
                 server,
                 background=background.start(app),
                 max_request_bytes=app.engine.limits.max_request_bytes,
             )
         )
+        app.close()  # the counts of what this daemon wrote, for the next one's listing
+        return code
     except KeyboardInterrupt:  # Ctrl-C on a daemon started by hand: a quiet 130
         return 130
     finally:

@@ -48,41 +48,58 @@ def _run_idle(app: App, session: Session) -> None:
     outcome = app.engine.run_idle(session)
     for event in outcome.events:
         app.notify_compacted(session.id, event)
-    app.front.notify(
+    app.notify(
         methods.NOTIFY_SESSION_IDLE,
         SessionIdleNotification(session_id=session.id, idle_seconds=idle, cleared=outcome.cleared),
     )
 
 
 async def idle_loop(app: App) -> None:
+    """Every `idle_check_seconds`: keep the counts of quiet sessions, evict the unused ones,
+    and do each loaded session's idle work in its turn (off the loop, never marking it used)."""
     while True:
         await asyncio.sleep(app.settings.idle_check_seconds)
         try:
+            await app.keep_quiet_counts()
             app.registry.evict_idle()
             for sid in app.registry.loaded():
                 if app.registry.lock(sid).locked():
                     continue
-                session = app.engine.sessions.get(sid)
-                if session is None:
-                    continue
-                run_idle_if_due(app, session)  # under the store's claim
-                prepare_if_idle(app, session)
+                params = await app.work.run(sid, lambda sid=sid: _idle_work(app, sid))
+                if params is not None:
+                    prepare(app, sid, params)
         except Exception:
             log.exception("idle check failed")
 
 
-def prepare_if_idle(app: App, session: Session) -> None:
-    """While the user is away and the next compaction is near, prepare the next rolling
-    summary so the compaction that will come costs no waiting. A task of its own, one per
-    session at a time: the idle loop (and every other session) does not wait for it."""
+def _idle_work(app: App, session_id: str) -> Any | None:
+    """One session's idle work (in its turn); the render params to prepare the next summary
+    with, when that is worth it now."""
+    session = app.engine.sessions.get(session_id)
+    if session is None:
+        return None
+    run_idle_if_due(app, session)  # under the store's claim
+    return preparation_due(app, session)
+
+
+def preparation_due(app: App, session: Session) -> Any | None:
+    """While the user is away and the next compaction is near, the next rolling summary is
+    prepared so the compaction that will come costs no waiting: the params of the session's
+    last render, once it has been idle `prepareIdleSeconds`, when none is being prepared."""
     params = app.last_params.get(session.id)
     if params is None or session.id in app.preparing:
-        return
+        return None
     idle = time.time() - session.graph.last_activity
     if idle < app.engine.policy(session).prepare_idle_seconds:
-        return
-    task = asyncio.create_task(_prepare(app, session.id, params))
-    app.preparing[session.id] = task
+        return None
+    return params
+
+
+def prepare(app: App, session_id: str, params: Any) -> None:
+    """A task of its own, one per session at a time: the idle loop (and every other
+    session) does not wait for it."""
+    if session_id not in app.preparing:
+        app.preparing[session_id] = asyncio.create_task(_prepare(app, session_id, params))
 
 
 async def _prepare(app: App, session_id: str, params: Any) -> None:
@@ -107,7 +124,7 @@ async def watch_loop(app: App) -> None:
             if session is None:
                 continue
             try:
-                session.catch_up()
+                await app.work.run(target, session.catch_up)  # in its turn, off the loop
             except Exception:
                 log.exception("catching up %s failed", session.id)
 
@@ -116,7 +133,7 @@ async def sweep_failed_creates(app: App) -> None:
     """Move aside what failed creates left (a daemon killed mid-create, an older compactd's
     empty log) and tell the operator; off the first request's path, in a worker thread."""
     try:
-        moved = await asyncio.to_thread(app.engine.store.sweep)
+        moved = await app.work.run(None, app.engine.store.sweep)
     except Exception:
         log.exception("sweeping the data dir failed")
         return

@@ -3,8 +3,11 @@ notifications.
 
 The engine's cascade (and background preparation, and a replay) is a generator that yields
 `SummaryNeeded`; `drive` is the one loop that answers each with the session's provider for
-every caller. A cancelled request (`$/cancelRequest`) closes the generator before its final
-commit, so nothing is written. One cascade runs per session at a time.
+every caller. Each stretch of the generator between two summary requests (rendering, trying
+tiers, the final commit) runs off the loop in the session's turn (`work.py`); the provider is
+awaited on the loop, outside the turn, so the session's other requests go on meanwhile. A
+cancelled request (`$/cancelRequest`) closes the generator before its final commit, so
+nothing is written. One cascade runs per session at a time.
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import attrs
+
 from ..context.engine import Engine, RenderParams
 from ..context.errors import InvalidContent, ProviderFailure
 from ..context.policy import policy_from_config
 from ..context.render.request import Rendered
 from ..context.replay import ReplayOptions, replay
 from ..context.stores import FileStore
-from ..context.summarizer.driver import drive_async
 from ..context.summarizer.types import Answer, Steps, SummaryFailure, SummaryNeeded
 from ..context.tiers.base import Outcome, TierEvent
 from ..context.tiers.reactive import Overflow, parse_overflow
@@ -33,37 +37,67 @@ log = logging.getLogger("compactd.daemon")
 T = TypeVar("T")
 
 
+@attrs.frozen
+class _Done:
+    """The generator's return value, carried out of a worker (a StopIteration cannot be)."""
+
+    value: Any
+
+
 async def drive(
     app: App,
     session_id: str,
-    steps: Steps[T],
+    start: Callable[[], Steps[T]],
     *,
     provider: str | None,
+    turn: str | None = "",
     token: str | None = None,
     title: str = "compactd: compacting",
     describe: Callable[[SummaryNeeded, int], str] = lambda need, n: (
         f"{need.tier}: summary call {n}"
     ),
 ) -> T:
-    """Run `steps` to its end, answering each summary request with `provider` and reporting
-    it as `$/progress` on the client's `token`."""
+    """Run the steps `start()` makes to their end, each stretch in the worker in the turn of
+    `turn` (the session's own by default; None for a scratch engine no one else uses),
+    answering each summary request with `provider` and reporting it as `$/progress` on the
+    client's `token`."""
+    turn = session_id if turn == "" else turn
     calls = 0
+    steps: Steps[T] | None = None
+
+    def advance(reply: Answer | None) -> SummaryNeeded | _Done:
+        nonlocal steps
+        try:
+            if steps is None:
+                steps = start()
+                return next(steps)
+            return steps.send(reply)
+        except StopIteration as stop:
+            return _Done(stop.value)
+
     async with app.front.progress(token, title) as report:
+        need: SummaryNeeded | _Done | None = None
+        try:
+            need = await app.work.run(turn, lambda: advance(None))
+            while not isinstance(need, _Done):
+                calls += 1
+                report(describe(need, calls))
+                reply = await answer_one(app, session_id, provider, need)
+                need = await app.work.run(turn, lambda reply=reply: advance(reply))
+            return need.value  # type: ignore[no-any-return]
+        finally:
+            if steps is not None and not isinstance(need, _Done):
+                # left early: closed where it ran, in its turn, so nothing is written
+                await app.work.run(turn, steps.close)
 
-        async def answer(need: SummaryNeeded) -> Answer:
-            nonlocal calls
-            calls += 1
-            report(describe(need, calls))
-            return await answer_one(app, session_id, provider, need)
 
-        return await drive_async(steps, answer)
-
-
-async def cascade(app: App, session_id: str, steps: Steps[Outcome], token: str | None) -> Outcome:
+async def cascade(
+    app: App, session_id: str, start: Callable[[], Steps[Outcome]], token: str | None
+) -> Outcome:
     """One cascade, under the session's lock; every change it made is notified."""
-    provider = app.engine.provider_for(app.engine.session(session_id))
+    provider = await app.run(session_id, app.engine.provider_for)
     async with app.registry.lock(session_id):
-        outcome = await drive(app, session_id, steps, provider=provider, token=token)
+        outcome = await drive(app, session_id, start, provider=provider, token=token)
     for event in outcome.events:
         if event.applied:
             app.notify_compacted(session_id, event)
@@ -111,7 +145,7 @@ async def render_with_cascade(
             field="overflow",
         )
     outcome = await cascade(
-        app, session_id, app.engine.cascade(session_id, params, overflow=parsed), token
+        app, session_id, lambda: app.engine.cascade(session_id, params, overflow=parsed), token
     )
     return outcome.rendered, outcome.events
 
@@ -121,8 +155,12 @@ async def compact(
 ) -> CompactResult:
     """`/compact`: Tier 4 now. A failure or no gain is a result (applied=false) with the
     reason, not an error; nothing is written then."""
-    steps = app.engine.cascade(session_id, params, manual=True, instructions=instructions)
-    outcome = await cascade(app, session_id, steps, token)
+    outcome = await cascade(
+        app,
+        session_id,
+        lambda: app.engine.cascade(session_id, params, manual=True, instructions=instructions),
+        token,
+    )
     summary = next((e for e in outcome.events if e.tier == "summary"), None)
     applied = bool(summary and summary.applied)
     if summary is not None and not applied and summary.details.get("failed"):
@@ -132,7 +170,7 @@ async def compact(
         tokens_before=outcome.tokens_before,
         tokens_after=outcome.rendered.total,
         reason=summary.reason if summary else "nothing to summarize",
-        provider=app.engine.provider_for(app.engine.session(session_id)),
+        provider=await app.run(session_id, app.engine.provider_for),
         covered_turns=summary.details.get("coveredTurns", 0) if applied and summary else 0,
     )
 
@@ -142,11 +180,11 @@ async def prepare_summary(app: App, session_id: str, params: RenderParams) -> bo
     stays in memory and the next cascade commits it only for an identical source range. It
     holds no lock — renders, appends and compactions go on meanwhile; what it prepared is kept
     only if its range is still current when it is done."""
-    steps = app.engine.prepare(session_id, params)
+    steps = await app.run(session_id, lambda session: app.engine.prepare(session.id, params))
     if steps is None:
         return False
-    provider = app.engine.provider_for(app.engine.session(session_id))
-    prepared = await drive(app, session_id, steps, provider=provider)
+    provider = await app.run(session_id, app.engine.provider_for)
+    prepared = await drive(app, session_id, lambda: steps, provider=provider)
     if not prepared:
         log.info("no background summary prepared for %s", session_id)
     return prepared
@@ -159,7 +197,8 @@ async def replay_transcript(app: App, p: ReplayParams) -> dict[str, Any]:
 
     policy_from_config(p.config)  # a misspelled knob fails before minutes of replay
     # read in a worker thread, as an import is: the loop keeps answering meanwhile
-    sessions = await asyncio.to_thread(load_transcript, p.path, app.engine.limits.max_import_bytes)
+    max_bytes = app.engine.limits.max_import_bytes
+    sessions = await app.work.run(None, lambda: load_transcript(p.path, max_bytes))
     if not 0 <= p.index < len(sessions):
         raise InvalidContent(
             f"the transcript holds {len(sessions)} session(s); index {p.index} does not exist",
@@ -182,8 +221,9 @@ async def replay_transcript(app: App, p: ReplayParams) -> dict[str, Any]:
         result = await drive(
             app,
             "replay",
-            replay(engine, sessions[p.index], options),
+            lambda: replay(engine, sessions[p.index], options),
             provider=provider,
+            turn=None,  # a scratch engine of its own: no one else's turn to wait for
             token=p.work_done_token,
             title="compactd: replaying",
             describe=lambda need, _: f"{need.tier} summary",

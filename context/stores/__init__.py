@@ -17,6 +17,10 @@ and what `tests/stores/test_conformance.py` holds both of them to:
   two writers in any processes never interleave or lose an append.
 - **The claim.** Background work (idle work, preparation) on a session runs in one process at
   a time: `claim` is taken without waiting, and says whether this process holds it.
+- **Counts beside the log.** What a listing shows of a session (source, title, turns,
+  tokens) is kept with the log position it was counted at (`keep_counts`); `listing` reads
+  every session's stat and counts without loading one. Counts are a cache: stale ones (the
+  log has grown since) are counted again by the caller, lost ones cost only that.
 - **Watching.** `watch` yields the ids of sessions other processes appended to, so a daemon can
   tell its clients (`session/changed`); `unchanged` answers cheaply when nothing was written.
 
@@ -31,11 +35,21 @@ from pathlib import Path
 
 from ..errors import StoreFailure
 from .files import FileStore, default_data_dir
-from .interface import LoadReport, Logger, SessionStat, SessionStore, check_session_id
+from .interface import (
+    Listed,
+    LoadReport,
+    Logger,
+    SessionCounts,
+    SessionStat,
+    SessionStore,
+    check_session_id,
+)
 
 __all__ = [
     "FileStore",
+    "Listed",
     "LoadReport",
+    "SessionCounts",
     "SessionStat",
     "SessionStore",
     "check_session_id",

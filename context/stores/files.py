@@ -32,7 +32,9 @@ from ..policy import MAX_MESSAGE_BYTES
 from .interface import (
     LOCK_TIMEOUT_SECONDS,
     SESSION_ID_RE,
+    Listed,
     LoadReport,
+    SessionCounts,
     SessionStat,
     check_session_id,
 )
@@ -42,6 +44,10 @@ log = logging.getLogger("compactd.store")
 LOG_SUFFIX = ".jsonl"
 CREATING_SUFFIX = ".creating"
 """A log being created: written whole under `.<id>.<random>.creating`, then linked into place."""
+COUNTS_SUFFIX = ".counts"
+"""`.<id>.counts` beside a log: what a listing shows of it (`keep_counts`)."""
+COUNTS_TEMP_SUFFIX = ".tmp"
+MAX_COUNTS_BYTES = 64 * 1024
 TORN_DIR = "torn"
 """Beside `sessions/`: where the start-up sweep moves what failed creates left."""
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # logs and locks are never opened through a symlink
@@ -324,8 +330,11 @@ class FileStore:
             try:
                 if name.startswith(".") and name.endswith(CREATING_SUFFIX):
                     what = self._sweep_temp(entry)
+                elif name.startswith(".") and name.endswith(COUNTS_TEMP_SUFFIX):
+                    os.unlink(entry.path)  # counts a killed process was writing: a cache
+                    what = None
                 elif name.endswith(LOG_SUFFIX) and entry.is_file(follow_symlinks=False):
-                    what = "an empty log" if entry.stat().st_size == 0 else None
+                    what = _torn_header(Path(entry.path))
                 else:
                     what = None
                 if what is not None:
@@ -432,7 +441,58 @@ class FileStore:
             st = self.log_path(session_id).stat()
         except FileNotFoundError:
             raise UnknownSession(f"no session {session_id!r}", sessionId=session_id) from None
-        return SessionStat(st.st_size, st.st_mtime)
+        return SessionStat(st.st_size, st.st_mtime, st.st_size)
+
+    # ---- counts for listings -------------------------------------------------------------
+
+    def counts_path(self, session_id: str) -> Path:
+        return self.sessions_dir / f".{check_session_id(session_id)}{COUNTS_SUFFIX}"
+
+    def listing(self) -> list[Listed]:
+        """Every session's stat and kept counts: a stat and one small read per session."""
+        out: list[Listed] = []
+        for sid in self.list_sessions():
+            try:
+                stat_ = self.stat(sid)
+            except UnknownSession:
+                continue  # gone since the folder was read
+            out.append((sid, stat_, self._read_counts(sid)))
+        return out
+
+    def _read_counts(self, session_id: str) -> SessionCounts | None:
+        try:
+            fd = os.open(self.counts_path(session_id), os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            data = os.read(fd, MAX_COUNTS_BYTES)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        try:
+            return SessionCounts.from_json(orjson.loads(data))
+        except orjson.JSONDecodeError:
+            return None
+
+    def keep_counts(self, session_id: str, counts: SessionCounts) -> None:
+        """Written whole under a temporary name and renamed over the last ones; not fsync'ed
+        (lost counts are counted again)."""
+        target = self.counts_path(session_id)
+        temp = target.with_name(f"{target.name}.{os.getpid()}{COUNTS_TEMP_SUFFIX}")
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o600)
+            try:
+                os.write(fd, orjson.dumps(counts.to_json()))
+            finally:
+                os.close(fd)
+            os.replace(temp, target)
+        except OSError as exc:
+            log.info("cannot keep the counts of session %s: %s", session_id, exc.strerror)
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
 
     def size(self, session_id: str) -> int:
         try:
@@ -443,6 +503,29 @@ class FileStore:
     def unchanged(self, session_id: str, offset: int) -> bool:
         """Nothing past byte `offset`: one `stat`, where a read opened the file."""
         return bool(offset) and self.size(session_id) == offset
+
+
+def _torn_header(path: Path) -> str | None:
+    """What an older compactd left of a create that failed in place: an empty log, or one
+    without a single whole line (its header cut off). None for anything else: a log with a
+    whole first line is a session (loaded, or refused as unreadable), never moved."""
+    fd = os.open(path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)
+    try:
+        seen = 0
+        while seen < MAX_HEADER_SCAN:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return "an empty log" if seen == 0 else "a log whose header was cut off"
+            if b"\n" in chunk:
+                return None
+            seen += len(chunk)
+        return None
+    finally:
+        os.close(fd)
+
+
+MAX_HEADER_SCAN = 4 * 2**20
+"""How far the sweep looks for the end of a log's first line before calling it a session."""
 
 
 def _empty(entry: os.DirEntry[str]) -> bool:

@@ -36,10 +36,49 @@ def check_session_id(session_id: Any) -> str:
 
 @attrs.frozen
 class SessionStat:
-    """What `session/list` shows of a stored session."""
+    """What `session/list` shows of a stored session, and where its log ends now (`cursor`:
+    its size in bytes on the files, its last seq in the database)."""
 
     size: int
     mtime: float
+    cursor: int
+
+
+@attrs.frozen
+class SessionCounts:
+    """What a listing shows of a session as of one point of its log (`cursor`): kept beside
+    the log, so a listing reads these instead of loading and tokenizing every session. When
+    the log has grown past `cursor` they are stale and counted again."""
+
+    cursor: int
+    source: str | None
+    title: str | None
+    turns: int
+    tokens: int
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> SessionCounts | None:
+        """The counts kept as JSON, or None for anything else (a cache never fails a read)."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            made = cls(**{field.name: data[field.name] for field in attrs.fields(cls)})
+        except (KeyError, TypeError):
+            return None
+        numbers = (made.cursor, made.turns, made.tokens)
+        texts = (made.source, made.title)
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers):
+            return None
+        if not all(t is None or isinstance(t, str) for t in texts):
+            return None
+        return made
+
+
+Listed = tuple[str, SessionStat, SessionCounts | None]
+"""A stored session in a listing: its id, its stat, and the counts kept for it (if any)."""
 
 
 @attrs.define
@@ -74,6 +113,16 @@ class SessionStore(Protocol):
     def list_sessions(self) -> list[str]: ...
 
     def stat(self, session_id: str) -> SessionStat: ...
+
+    def listing(self) -> list[Listed]:
+        """Every session with its stat and the counts kept for it, read together and without
+        loading any session."""
+        ...
+
+    def keep_counts(self, session_id: str, counts: SessionCounts) -> None:
+        """Keep a session's counts for later listings. A cache: one that cannot be written
+        is logged and skipped, never an error."""
+        ...
 
     def locked(self, session_id: str) -> contextlib.AbstractContextManager[None]:
         """The session's writer lock: between reading what others wrote and appending, no

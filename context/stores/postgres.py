@@ -31,11 +31,19 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..errors import InvalidContent, StoreFailure, StoreUnavailable, TooLarge, UnknownSession
 from ..policy import MAX_MESSAGE_BYTES
-from .interface import LOCK_TIMEOUT_SECONDS, LoadReport, Logger, SessionStat, check_session_id
+from .interface import (
+    LOCK_TIMEOUT_SECONDS,
+    Listed,
+    LoadReport,
+    Logger,
+    SessionCounts,
+    SessionStat,
+    check_session_id,
+)
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CHANNEL = "compactd_changed"
 SCHEMA_LOCK = 0x636F6D70  # an advisory lock key ("comp") serializing schema creation
 RECONNECT_SECONDS = 10.0
@@ -60,6 +68,16 @@ SCHEMA_V1 = (
     )""",
     "CREATE INDEX events_batch ON compactd.events (batch)",
 )
+SCHEMA_V2 = (
+    # what a listing shows of each session, as of one seq (`keep_counts`): a cache
+    """CREATE TABLE compactd.counts (
+        sid text PRIMARY KEY REFERENCES compactd.sessions (sid),
+        cursor bigint NOT NULL,
+        body json NOT NULL
+    )""",
+)
+MIGRATIONS = {1: SCHEMA_V1, 2: SCHEMA_V2}
+"""The statements that take the schema from the version before to each version."""
 
 INSERT_EVENTS = """
     INSERT INTO compactd.events (sid, seq, batch, body)
@@ -159,12 +177,11 @@ class PostgresStore:
                         found=found,
                         supported=SCHEMA_VERSION,
                     )
-                if found is None:
-                    for statement in SCHEMA_V1:
+                for version in range((found or 0) + 1, SCHEMA_VERSION + 1):
+                    for statement in MIGRATIONS[version]:
                         conn.execute(statement)
                     conn.execute(
-                        "INSERT INTO compactd.schema_version (version) VALUES (%s)",
-                        (SCHEMA_VERSION,),
+                        "INSERT INTO compactd.schema_version (version) VALUES (%s)", (version,)
                     )
 
         self._retrying(setup, "set up the schema")
@@ -242,15 +259,50 @@ class PostgresStore:
         sid = check_session_id(session_id)
         row = self._retrying(
             lambda c: c.execute(
-                "SELECT bytes, extract(epoch FROM updated)::float8 FROM compactd.sessions "
-                "WHERE sid = %s",
+                "SELECT bytes, extract(epoch FROM updated)::float8, head_seq "
+                "FROM compactd.sessions WHERE sid = %s",
                 (sid,),
             ).fetchone(),
             f"look up session {sid}",
         )
         if row is None:
             raise UnknownSession(f"no session {sid!r}", sessionId=sid)
-        return SessionStat(int(row[0]), float(row[1]))
+        return SessionStat(int(row[0]), float(row[1]), int(row[2]))
+
+    def listing(self) -> list[Listed]:
+        """Every session's row and its kept counts, in one query."""
+        rows = self._retrying(
+            lambda c: c.execute(
+                "SELECT s.sid, s.bytes, extract(epoch FROM s.updated)::float8, s.head_seq, "
+                "c.body::text FROM compactd.sessions s "
+                "LEFT JOIN compactd.counts c ON c.sid = s.sid ORDER BY s.sid"
+            ).fetchall(),
+            "list sessions",
+        )
+        out: list[Listed] = []
+        for sid, size, mtime, head, body in rows:
+            counts = None
+            if body is not None:
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    counts = SessionCounts.from_json(orjson.loads(body))
+            out.append((sid, SessionStat(int(size), float(mtime), int(head)), counts))
+        return out
+
+    def keep_counts(self, session_id: str, counts: SessionCounts) -> None:
+        sid = check_session_id(session_id)
+        body = orjson.dumps(counts.to_json()).decode()
+        try:
+            self._retrying(
+                lambda c: c.execute(
+                    "INSERT INTO compactd.counts (sid, cursor, body) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (sid) DO UPDATE SET cursor = excluded.cursor, "
+                    "body = excluded.body WHERE compactd.counts.cursor <= excluded.cursor",
+                    (sid, counts.cursor, body),
+                ),
+                f"keep the counts of session {sid}",
+            )
+        except (psycopg.Error, StoreFailure) as exc:  # a cache: counted again next time
+            self._say("info", f"cannot keep the counts of session {sid}: {_first_line(exc)}")
 
     def read_from(
         self, session_id: str, offset: int = 0, first_line: int = 1

@@ -69,17 +69,27 @@ def nothing_written(data_dir: Path) -> Iterator[None]:
 _probes = iter(range(1, 10**6))
 
 
-async def exchange(daemon: RawDaemon, data: bytes) -> list[dict[str, Any]]:
-    """Write `data`, then a well-formed probe request; returns the replies that came before
-    the probe's answer (the daemon answers in order), after checking the probe's answer."""
+async def exchange(
+    daemon: RawDaemon, data: bytes, replies: int | None = None
+) -> list[dict[str, Any]]:
+    """Write `data`, then a well-formed probe request; after checking the probe's answer,
+    returns the replies that came before it, or — requests are answered as they finish, not
+    in the order they came — the first `replies` besides it."""
     start = len(daemon.received)
     n = next(_probes)
     daemon.write(data + frame(STATUS % n))
     await daemon.drain()
     probe = await daemon.response(f"probe-{n}", start=start)
     assert probe["result"]["dataDir"], "the daemon must still serve after malformed input"
-    replies = daemon.replies_since(start)
-    return replies[: replies.index(probe)]
+    if replies is None:
+        got = daemon.replies_since(start)
+        return got[: got.index(probe)]
+
+    def others() -> list[dict[str, Any]]:
+        return [r for r in daemon.replies_since(start) if r is not probe]
+
+    await daemon.wait_for(lambda _: len(others()) >= replies, start=start)
+    return others()[:replies]
 
 
 def assert_error(reply: dict[str, Any], code: int, msg_id: Any) -> None:
@@ -95,8 +105,7 @@ async def test_garbage_header_lines_are_skipped(daemon: RawDaemon, data_dir: Pat
     body = b'{"jsonrpc":"2.0","id":"after-garbage","method":"session/list","params":{}}'
     with nothing_written(data_dir):
         replies = await exchange(
-            daemon,
-            b"this is not a header\r\nX-Junk: yes\r\n" + frame(body),
+            daemon, b"this is not a header\r\nX-Junk: yes\r\n" + frame(body), replies=1
         )
     assert [r["id"] for r in replies] == ["after-garbage"]
     assert SID in [s["sessionId"] for s in replies[0]["result"]["sessions"]]

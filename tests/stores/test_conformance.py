@@ -309,6 +309,24 @@ def test_an_import_that_fails_leaves_no_session(
     assert "half" not in backend.store().list_sessions()
 
 
+def test_counts_are_kept_beside_the_log_and_listed_with_it(backend: Backend) -> None:
+    """A listing reads every session's stat and kept counts without loading one; counts
+    taken before the log grew say so by their cursor (the caller counts again)."""
+    eng = backend.engine()
+    sid = new_session(eng, "counted")
+    eng.append(sid, messages=[user("hello"), assistant("hi")])
+    [(listed, stat, never)] = backend.store().listing()
+    assert (listed, never) == (sid, None)
+    kept = eng.keep_counts(sid)
+    assert (kept.cursor, kept.turns) == (stat.cursor, 1) and kept.tokens > 0
+    [(_, same, read)] = backend.store().listing()
+    assert read == kept and same.cursor == kept.cursor
+    eng.append(sid, messages=[user("again")])
+    [(_, grown, stale)] = backend.store().listing()
+    assert stale == kept and grown.cursor != kept.cursor
+    assert backend.engine().keep_counts(sid).turns == 2
+
+
 @pytest.mark.parametrize("what", ["open", "import"])
 def test_a_create_that_fails_part_way_leaves_nothing(
     backend: Backend, monkeypatch: pytest.MonkeyPatch, what: str
