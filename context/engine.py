@@ -24,7 +24,7 @@ from .graph import Graph, Node, Record
 from .policy import Policy, check_session_config, policy_from_config
 from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE, project
 from .render.request import Rendered, RenderParams, render_request
-from .session import UNSET, AppendResult, Library, Session
+from .session import UNSET, AppendResult, Library, Session, collector_paused
 from .stores.interface import SessionCounts, SessionStore
 from .summarizer.types import Steps
 from .tiers import microcompact, rolling_summary, snip
@@ -231,10 +231,12 @@ class Engine:
         cursor = self.store.stat(session_id).cursor
         try:
             if session_id in self.sessions:
-                session = self.session(session_id)
+                counts = self.counts(self.session(session_id), cursor)
             else:
-                session = self.library.load(session_id)
-            counts = self.counts(session, cursor)
+                # loaded for this alone (its objects go by reference counting when it is
+                # done): the cyclic collector need not walk them while it is counted either
+                with collector_paused():
+                    counts = self.counts(self.library.load(session_id), cursor)
         except CompactdError:
             meta = self._header_meta(session_id)
             counts = SessionCounts(cursor, meta.get("source"), meta.get("title"), 0, 0)
