@@ -19,13 +19,13 @@ import orjson
 from .budget import Calibration, reported_prompt_tokens
 from .cascade import Drive, run_cascade
 from .decompose import from_anthropic, from_nodes, from_openai
-from .errors import CompactdError, InvalidContent
+from .errors import CompactdError, InvalidContent, TooLarge
 from .graph import Graph, Node, Record
 from .policy import Policy, check_session_config, policy_from_config
 from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE, project
 from .render.request import Rendered, RenderParams, render_request
 from .session import UNSET, AppendResult, Library, Session, collector_paused
-from .stores.interface import SessionCounts, SessionStore
+from .stores.interface import SessionCounts, SessionStore, log_size
 from .summarizer.types import Steps
 from .tiers import microcompact, rolling_summary, snip
 from .tiers.base import Outcome, Run, TierEvent
@@ -67,6 +67,15 @@ USAGE_COUNTS = (
     "cache_read_input_tokens",
     "output_tokens",
 )
+
+
+def import_bound(limits: Policy, read: int) -> tuple[int, str]:
+    """The most an import that read `read` bytes may write, and the limit that sets it: a
+    multiple of what it read (`maxImportAmplification`), never over `maxImportLogBytes`."""
+    multiple = limits.max_import_amplification * read
+    if multiple <= limits.max_import_log_bytes:
+        return multiple, "maxImportAmplification"
+    return limits.max_import_log_bytes, "maxImportLogBytes"
 
 
 def check_counts(data: dict[str, Any] | None, where: str, keys: tuple[str, ...]) -> None:
@@ -159,25 +168,35 @@ class Engine:
         """Read a transcript (regular files only, each under `maxImportBytes`) and write its
         new sessions, counted for listings, touching none of the engine's loaded state: the
         daemon runs this in a worker thread so a big file never holds up its loop, and
-        registers the sessions after."""
+        registers the sessions after. Everything the import would write is measured before
+        any of it is: over its bound (`import_bound`), it is refused and nothing is written."""
         from .importers import load_transcript
         from .importers.apply import import_session
         from .importers.files import read_limit, read_regular
 
         max_bytes = self.limits.max_import_bytes
-        conversations = load_transcript(path, max_bytes)  # unreadable, too big: typed errors
-        with read_limit(max_bytes):
+        with read_limit(max_bytes) as reads:
+            conversations = load_transcript(path, max_bytes)  # unreadable, too big: typed errors
             digest = hashlib.sha256(read_regular(Path(path))).hexdigest()
+        bound, binding = import_bound(self.limits, reads.total)
         known = {} if new else self._imported_before()
         sessions, ids, warnings, existing = [], [], [], []
+        written = 0
         for imported in conversations:
             key = (digest, imported.source_id)
             if key in known:
                 ids.append(known[key])
                 existing.append(known[key])
                 continue
-            session = import_session(self.library, imported, source_digest=digest)
-            self.store.keep_counts(session.id, self.counts(session, session.offset))
+            session = import_session(self.library, imported, source_digest=digest, hold=True)
+            assert session.unborn is not None
+            written += log_size(session.unborn, self.limits.max_message_bytes, bound - written)
+            if written > bound:
+                what = "what the import would write"
+                if binding == "maxImportAmplification":
+                    times = self.limits.max_import_amplification
+                    what += f" ({times} × the {reads.total:,} bytes it read)"
+                raise TooLarge(what, binding, bound)
             sessions.append(session)
             ids.append(session.id)
             warnings.extend(f"{imported.source_id}: {w}" for w in imported.warnings)
@@ -186,6 +205,9 @@ class Engine:
                     f"{imported.source_id}: the transcript holds no message, so the session is "
                     "empty (a sub-agent's file alone? import its parent session's file)"
                 )
+        for session in sessions:
+            session.create_unborn()
+            self.store.keep_counts(session.id, self.counts(session, session.offset))
         return sessions, ImportOutcome(ids, warnings, existing)
 
     def _imported_before(self) -> dict[tuple[str, str], str]:

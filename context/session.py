@@ -113,9 +113,10 @@ class Session:
         return events
 
     @contextlib.contextmanager
-    def buffered(self) -> Iterator[None]:
+    def buffered(self, *, hold: bool = False) -> Iterator[None]:
         """Collect writes in memory and write them with one fsync at the end (imports); an
-        unborn session's log is created then, holding everything at once."""
+        unborn session's log is created then, holding everything at once — or, with `hold`,
+        later by `create_unborn` (an import measures all it would write before it writes)."""
         self._buffer = []
         try:
             yield
@@ -124,11 +125,18 @@ class Session:
             raise
         events, self._buffer = self._buffer, None
         if self.unborn is not None:
-            self.offset = self.store.create(self.id, self.unborn + events)
-            self.unborn = None
+            self.unborn.extend(events)
+            if not hold:
+                self.create_unborn()
         elif events:
             with self.store.locked(self.id):
                 self.offset = self.store.append(self.id, events)
+
+    def create_unborn(self) -> None:
+        """Create an unborn session's log with everything written to it so far."""
+        assert self.unborn is not None, "the session's log exists already"
+        self.offset = self.store.create(self.id, self.unborn)
+        self.unborn = None
 
     # ---- conversation ----------------------------------------------------------------------
 

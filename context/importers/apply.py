@@ -106,14 +106,16 @@ def import_session(
     session_id: str | None = None,
     *,
     source_digest: str | None = None,
+    hold: bool = False,
 ) -> Session:
-    """Create a session holding the whole transcript, written with a single fsync."""
+    """Create a session holding the whole transcript, written with a single fsync (`hold`:
+    not yet; the caller creates it with `create_unborn`)."""
     session = library.create(session_id, meta=session_meta(imported, source_digest), unborn=True)
     applier = OpApplier(session)
     real_clock = session.clock
     session.clock = lambda: applier.now
     try:
-        with session.buffered():
+        with session.buffered(hold=hold):
             for op in imported.ops:
                 applier.apply(op)
             abandon_open_calls(session)

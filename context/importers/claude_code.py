@@ -32,6 +32,7 @@ counted in `warnings`. `isMeta` user lines become `"meta": True` messages.
 
 A result spilled to disk (`<persisted-output>` … `tool-results/<id>.txt`) is replaced by the full
 file text when the file is next to the session; otherwise the preview stays and a warning says so.
+A file is read for one result only: another result naming the same file keeps its preview.
 Thinking blocks pass through untouched (signatures included). tool_use blocks lose only a
 `caller` of `{"type": "direct"}` — Claude Code's default, which a request must not echo back.
 The session file has no system prompt, so `system` is None.
@@ -118,6 +119,7 @@ class _SessionImport:
         self.sidechains: list[_Subagent] = []
         self.compaction_calls: list[Note] = []
         self.sent: dict[str, Any] = {}  # spilled results read back: what the model got instead
+        self.spilled: dict[str, Any] = {}  # spilled file name -> the call it was read for
 
     # top level
 
@@ -302,6 +304,13 @@ class _SessionImport:
         comes from the transcript, which is untrusted input)."""
         match = _SPILL_PATH.search(preview)
         name = re.split(r"[\\/]", match.group(1))[-1] if match else f"{call_id}.txt"
+        if name in self.spilled:  # one file per call: a second reference is crafted
+            self.warnings.append(
+                f"spilled output {name} of {call_id} was read for {self.spilled[name]} "
+                "already; kept the preview (a file is stored once)"
+            )
+            return None
+        self.spilled[name] = call_id
         try:
             data = read_inside(self.path.parent, self.session_dir.name, "tool-results", name)
         except (InvalidPath, InvalidContent):

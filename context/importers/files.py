@@ -17,30 +17,43 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
+
 from ..errors import InvalidContent, InvalidPath, TooLarge
 from ..policy import MAX_IMPORT_BYTES
 
-__all__ = ["read_inside", "read_limit", "read_regular"]
+__all__ = ["Reads", "read_inside", "read_limit", "read_regular"]
+
+
+@attrs.define
+class Reads:
+    """What the reads of one import (or replay) read: the files named by path, read once, and
+    how many bytes it read in all — what the import's bound on what it writes is a multiple
+    of."""
+
+    cache: dict[str, bytes] = attrs.field(factory=dict)
+    total: int = 0
+
 
 _LIMIT: contextvars.ContextVar[int] = contextvars.ContextVar("read_limit", default=MAX_IMPORT_BYTES)
-_READ: contextvars.ContextVar[dict[str, bytes] | None] = contextvars.ContextVar(
-    "files_read", default=None
-)
+_READS: contextvars.ContextVar[Reads | None] = contextvars.ContextVar("files_read", default=None)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _CHUNK = 4 * 2**20
 
 
 @contextlib.contextmanager
-def read_limit(max_bytes: int) -> Iterator[None]:
+def read_limit(max_bytes: int) -> Iterator[Reads]:
     """Reads inside the block stop at `max_bytes` a file (the policy's `maxImportBytes`), and
-    a file named twice (sniffed, then imported) is read once."""
+    a file named twice (sniffed, then imported) is read once. A block inside another one
+    counts into the outer one's `Reads`."""
     token = _LIMIT.set(max_bytes)
-    cache = _READ.set({})
+    reads = _READS.get() or Reads()
+    outer = _READS.set(reads)
     try:
-        yield
+        yield reads
     finally:
-        _READ.reset(cache)
+        _READS.reset(outer)
         _LIMIT.reset(token)
 
 
@@ -49,9 +62,9 @@ def read_regular(path: Path) -> bytes:
     text = str(path)
     if "\x00" in text:
         raise InvalidPath("the path holds a NUL byte", path=text.replace("\x00", "\\0"))
-    cache = _READ.get()
-    if cache is not None and text in cache:
-        return cache[text]
+    reads = _READS.get()
+    if reads is not None and text in reads.cache:
+        return reads.cache[text]
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as error:
@@ -59,8 +72,8 @@ def read_regular(path: Path) -> bytes:
             f"{path}: cannot read the transcript ({error.strerror or error})", path=text
         ) from None
     data = _read_fd(fd, text)
-    if cache is not None:
-        cache[text] = data
+    if reads is not None:
+        reads.cache[text] = data
     return data
 
 
@@ -119,6 +132,9 @@ def _read_fd(fd: int, shown: str) -> bytes:
             total += len(chunk)
             if total > limit:  # it grew while we read
                 raise TooLarge(shown, "maxImportBytes", limit)
+        reads = _READS.get()
+        if reads is not None:
+            reads.total += total
         return b"".join(chunks)
     except OSError as error:
         raise InvalidContent(

@@ -27,7 +27,7 @@ import orjson
 import platformdirs
 from filelock import FileLock, Timeout
 
-from ..errors import InvalidContent, StoreFailure, TooLarge, UnknownSession
+from ..errors import StoreFailure, UnknownSession
 from ..policy import MAX_MESSAGE_BYTES
 from .interface import (
     LOCK_TIMEOUT_SECONDS,
@@ -37,6 +37,7 @@ from .interface import (
     SessionCounts,
     SessionStat,
     check_session_id,
+    log_lines,
 )
 
 log = logging.getLogger("compactd.store")
@@ -399,18 +400,8 @@ class FileStore:
             os.close(fd)
 
     def _encode(self, events: list[dict[str, Any]]) -> bytes:
-        """The events as log lines, or a typed error before anything is opened: content that
-        JSON cannot hold, or one event (a message, a tool result, …) over `max_event_bytes`."""
-        lines = []
-        for event in events:
-            try:
-                line = orjson.dumps(event)
-            except orjson.JSONEncodeError as exc:  # e.g. nested deeper than JSON can be written
-                raise InvalidContent(f"this content cannot be stored: {exc}") from None
-            if len(line) > self.max_event_bytes:
-                raise TooLarge("one message", "maxMessageBytes", self.max_event_bytes, len(line))
-            lines.append(line)
-        return b"".join(line + b"\n" for line in lines)
+        """The events as log lines, or a typed error before anything is opened."""
+        return b"".join(line + b"\n" for line in log_lines(events, self.max_event_bytes))
 
     @staticmethod
     def _write(fd: int, payload: bytes) -> int:

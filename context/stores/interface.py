@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
+import orjson
 
-from ..errors import InvalidSessionId
+from ..errors import InvalidContent, InvalidSessionId, TooLarge
 
 LOCK_TIMEOUT_SECONDS = 10.0
 """How long a writer waits for a session's lock before the append fails (4060)."""
@@ -32,6 +33,34 @@ def check_session_id(session_id: Any) -> str:
             sessionId=session_id if isinstance(session_id, str) else repr(session_id),
         )
     return session_id
+
+
+def log_line(event: dict[str, Any], max_event_bytes: int) -> bytes:
+    """One event as both stores hold it (the JSON of a log line, without its newline), or a
+    typed error: content JSON cannot hold, or an event (a message, a tool result, …) over
+    `maxMessageBytes`. Checked before anything is opened or sent."""
+    try:
+        line = orjson.dumps(event)
+    except orjson.JSONEncodeError as exc:  # e.g. nested deeper than JSON can be written
+        raise InvalidContent(f"this content cannot be stored: {exc}") from None
+    if len(line) > max_event_bytes:
+        raise TooLarge("one message", "maxMessageBytes", max_event_bytes, len(line))
+    return line
+
+
+def log_lines(events: list[dict[str, Any]], max_event_bytes: int) -> list[bytes]:
+    return [log_line(event, max_event_bytes) for event in events]
+
+
+def log_size(events: list[dict[str, Any]], max_event_bytes: int, stop_over: int) -> int:
+    """The bytes `events` take in a log (lines and newlines; the database counts the same),
+    one event at a time so nothing big is held; counting stops once past `stop_over`."""
+    total = 0
+    for event in events:
+        total += len(log_line(event, max_event_bytes)) + 1
+        if total > stop_over:
+            break
+    return total
 
 
 @attrs.frozen

@@ -29,7 +29,7 @@ import psycopg.errors
 from psycopg import pq
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ..errors import InvalidContent, StoreFailure, StoreUnavailable, TooLarge, UnknownSession
+from ..errors import StoreFailure, StoreUnavailable, UnknownSession
 from ..policy import MAX_MESSAGE_BYTES
 from .interface import (
     LOCK_TIMEOUT_SECONDS,
@@ -39,6 +39,7 @@ from .interface import (
     SessionCounts,
     SessionStat,
     check_session_id,
+    log_lines,
 )
 
 T = TypeVar("T")
@@ -614,17 +615,9 @@ def _rollback(conn: psycopg.Connection[Any]) -> None:
 
 
 def _encode(events: list[dict[str, Any]], max_event_bytes: int) -> tuple[list[str], int]:
-    """The events as the files would hold them, or a typed error before anything is sent:
-    content JSON cannot hold, or one event over `maxMessageBytes` (as on the files)."""
-    bodies = []
-    for event in events:
-        try:
-            line = orjson.dumps(event)
-        except orjson.JSONEncodeError as exc:
-            raise InvalidContent(f"this content cannot be stored: {exc}") from None
-        if len(line) > max_event_bytes:
-            raise TooLarge("one message", "maxMessageBytes", max_event_bytes, len(line))
-        bodies.append(line.decode())
+    """The events as the files would hold them (the bodies, their size with newlines), or a
+    typed error before anything is sent."""
+    bodies = [line.decode() for line in log_lines(events, max_event_bytes)]
     return bodies, sum(len(b) + 1 for b in bodies)
 
 
