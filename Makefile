@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUN_DATA := .run/data
 
-.PHONY: install run test lint bench clean node-test
+.PHONY: install run test lint bench clean node-test agents
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,13 +16,22 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 ## make run — import a bundled real Claude Code transcript through the daemon and show its context panel
+## (into a fresh data dir each time: the cascade it shows writes its records, so a second run would
+## otherwise start from a compacted session)
 run: $(STAMP)
-	@mkdir -p $(RUN_DATA)
+	@rm -rf $(RUN_DATA) && mkdir -p $(RUN_DATA)
 	COMPACTD_DATA_DIR=$(RUN_DATA) COMPACTD_SUMMARY_PROVIDER=digest $(BIN)/compactd demo tests/data/transcripts/claude-code/64da7265-8f07-4967-b79f-0ae374c13330.jsonl
+
+## the real agent CLIs the proxy's tests drive (Claude Code, Codex), pinned in tests/agents
+AGENTS := tests/agents/node_modules/.package-lock.json
+$(AGENTS): tests/agents/package.json tests/agents/package-lock.json
+	cd tests/agents && npm ci --no-audit --no-fund --loglevel=error
+
+agents: $(AGENTS)
 
 ## make test — lint, every Python test, the daemon's end-to-end tests once more on PostgreSQL
 ## (a throwaway cluster; files-only tests skip), and the Node client's tests
-test: $(STAMP)
+test: $(STAMP) $(AGENTS)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q

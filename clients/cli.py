@@ -28,8 +28,9 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..protocol.convert import unstructure
-from .client import CompactdClient, RpcError
+from ..protocol.convert import structure, unstructure
+from ..protocol.types import ImportResult
+from .client import AnsweredDespiteCancel, CompactdClient, RpcError
 from .panel import build_panel
 
 Command = Callable[[argparse.Namespace, CompactdClient], Awaitable[int]]
@@ -37,9 +38,17 @@ Command = Callable[[argparse.Namespace, CompactdClient], Awaitable[int]]
 EXIT_OK, EXIT_NOT_GOOD, EXIT_ERROR, EXIT_DAEMON, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 PROVIDERS = ("anthropic", "client", "digest")
 # global options that take a value (to find the command word among the arguments)
-VALUE_OPTIONS = ("--data-dir", "--summary-provider", "--summary-model", "--set", "--config")
+VALUE_OPTIONS = (
+    "--data-dir",
+    "--store",
+    "--summary-provider",
+    "--summary-model",
+    "--set",
+    "--config",
+)
 GLOBAL_DEFAULTS: dict[str, Any] = {
     "data_dir": None,
+    "store": None,
     "summary_provider": None,
     "summary_model": None,
     "set": [],
@@ -49,6 +58,11 @@ GLOBAL_DEFAULTS: dict[str, Any] = {
     "color": None,
 }
 SHOWN_WARNINGS = 5
+CANCEL_WAIT_SECONDS = 30.0  # a second Ctrl-C does not wait
+
+
+class Interrupted(Exception):
+    """Ctrl-C stopped the command after the daemon stopped its work; says what is left."""
 
 
 class UsageError(Exception):
@@ -124,8 +138,16 @@ async def daemon_progress(
 
 
 async def cmd_import(ns: argparse.Namespace, client: CompactdClient) -> int:
-    async with daemon_progress(ns, client, f"importing {Path(ns.path).name}") as token:
-        result = await client.import_transcript(ns.path, new=ns.new, work_done_token=token)
+    try:
+        async with daemon_progress(ns, client, f"importing {Path(ns.path).name}") as token:
+            result = await client.import_transcript(ns.path, new=ns.new, work_done_token=token)
+    except AnsweredDespiteCancel as late:  # Ctrl-C came after the daemon had written it
+        done = structure(late.result, ImportResult, "session/import", check_depth=False)
+        for sid in done.session_ids:
+            print(sid)
+        raise Interrupted("the import had already finished; its session(s) are kept") from None
+    except asyncio.CancelledError:
+        raise Interrupted("nothing was imported") from None
     for sid in result.session_ids:
         print(sid)
     if result.existing:
@@ -294,6 +316,13 @@ def _global_options(p: argparse.ArgumentParser, suppress: bool) -> None:
         help="where sessions live (default $COMPACTD_DATA_DIR or the platform's user data dir)",
     )
     p.add_argument(
+        "--store",
+        default=default,
+        metavar="URL",
+        help="where sessions live for a fleet of daemons: postgresql://… (default "
+        "$COMPACTD_STORE, else the files in the data dir)",
+    )
+    p.add_argument(
         "--summary-provider",
         choices=PROVIDERS,
         default=default,
@@ -363,6 +392,11 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="talk JSON-RPC on stdin/stdout (the only transport; accepted as LSP clients pass it)",
     )
+    add_service_arguments(parser)
+
+
+def add_service_arguments(parser: argparse.ArgumentParser) -> None:
+    """What `serve` and `proxy` both run on: the store, idle work, summaries, the log."""
     parser.add_argument(
         "--idle-seconds",
         type=float,
@@ -371,12 +405,6 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--idle-check-seconds", type=float, default=30.0, help="how often idle timers are checked"
-    )
-    parser.add_argument(
-        "--store",
-        default=None,
-        help="where sessions live for a fleet of daemons: postgresql://… (default "
-        "$COMPACTD_STORE, else the files in the data dir)",
     )
     parser.add_argument(
         "--summarize-timeout",
@@ -396,17 +424,64 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--listen",
+        default="127.0.0.1:8788",
+        metavar="HOST:PORT",
+        help="where the proxy listens (default 127.0.0.1:8788; port 0 picks a free one)",
+    )
+    parser.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow --listen on an address beyond loopback (the proxy relays API keys)",
+    )
+    parser.add_argument(
+        "--anthropic-upstream",
+        default="https://api.anthropic.com",
+        metavar="URL",
+        help="where Anthropic Messages requests go (default https://api.anthropic.com)",
+    )
+    parser.add_argument(
+        "--openai-upstream",
+        default="https://api.openai.com",
+        metavar="URL",
+        help="where OpenAI Responses / Chat Completions requests go (default "
+        "https://api.openai.com)",
+    )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help="cap every request's context window at this many tokens (default: the model's)",
+    )
+    parser.add_argument(
+        "--no-recall",
+        action="store_true",
+        help="do not offer the model compactd_recall (the proxy answers it by default)",
+    )
+
+
 def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     common = argparse.ArgumentParser(add_help=False)
     _global_options(common, suppress=True)
     sub = top.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
     def add(name: str, text: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=text, description=text, parents=[common])
+        command = sub.add_parser(name, help=text, description=text, parents=[common])
+        command.add_argument("--version", action="version", version=f"compactd {_version()}")
+        return command
 
     out: dict[str, argparse.ArgumentParser] = {}
     out["serve"] = p = add("serve", "run the daemon on stdio (JSON-RPC, LSP framing)")
     add_serve_arguments(p)
+    out["proxy"] = p = add(
+        "proxy",
+        "run an HTTP proxy in front of the provider's API: point Claude Code "
+        "(ANTHROPIC_BASE_URL) or Codex (base_url) at it",
+    )
+    add_service_arguments(p)
+    add_proxy_arguments(p)
     out["schema"] = add("schema", "print the JSON Schema of the RPC surface")
     out["migrate"] = p = add(
         "migrate",
@@ -417,7 +492,13 @@ def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPars
     way.add_argument("--to", metavar="URL", help="postgresql://… to copy the data dir into")
     way.add_argument("--from", dest="from_", metavar="URL", help="postgresql://… to copy from")
     out["import"] = p = add("import", "import a transcript; prints the session id(s)")
-    p.add_argument("path", help="a transcript (Claude Code, Codex, OpenHands, SWE-agent)")
+    p.add_argument(
+        "path",
+        help="a transcript: Claude Code, Codex, Gemini CLI, Cline/Roo "
+        "(api_conversation_history.json), aider (.aider.chat.history.md), OpenHands, SWE-agent, "
+        "mini-swe-agent, or your own agent's messages (a JSON array of Anthropic or OpenAI "
+        'messages, {"messages": [...]}, or chat JSONL)',
+    )
     p.add_argument(
         "--new", action="store_true", help="import again even if this file was imported before"
     )
@@ -467,13 +548,16 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
         description="compactd: keeps LLM agent conversations under the context window.",
         epilog="Global options work before or after the command. `compactd COMMAND -h` says more.",
     )
-    try:
-        version = importlib.metadata.version("compactd")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree
-        version = "unknown"
-    top.add_argument("--version", action="version", version=f"compactd {version}")
+    top.add_argument("--version", action="version", version=f"compactd {_version()}")
     _global_options(top, suppress=False)
     return top, _subparsers(top)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("compactd")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        return "unknown"
 
 
 def _command_index(argv: list[str]) -> int | None:
@@ -578,7 +662,7 @@ async def _resolve_session(ns: argparse.Namespace, client: CompactdClient) -> No
 def daemon_args(ns: argparse.Namespace) -> list[str]:
     """The `serve` options a client command passes on to the daemon it spawns."""
     args: list[str] = []
-    for flag in ("summary_provider", "summary_model"):
+    for flag in ("store", "summary_provider", "summary_model"):
         value = getattr(ns, flag, None)
         if value:
             args += [f"--{flag.replace('_', '-')}", value]
@@ -593,6 +677,9 @@ async def _run_client(ns: argparse.Namespace) -> int:
     client = await CompactdClient.spawn(
         data_dir=ns.data_dir, args=daemon_args(ns), new_process_group=True
     )
+    # Ctrl-C cancels the call in flight; the daemon answers once it has stopped the work
+    # (and written nothing), and only then does the command end
+    client.cancel_wait = CANCEL_WAIT_SECONDS
     if ns.verbose and client.process is not None:
         _err(ns).print(f"compactd: daemon started (pid {client.process.pid})")
     try:
@@ -602,6 +689,12 @@ async def _run_client(ns: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"compactd: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except Interrupted as exc:
+        print(f"compactd: interrupted: {exc}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except asyncio.CancelledError:
+        print("compactd: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except RpcError as exc:
         print(f"compactd: {exc.message}", file=sys.stderr)
         return EXIT_ERROR

@@ -25,6 +25,7 @@ from ..protocol import methods as m
 from ..protocol import types as t
 from ..protocol.convert import camel, structure, unstructure
 from ..protocol.errors import KIND_BY_CODE
+from ..protocol.recall import page_text
 
 R = TypeVar("R")
 Json = dict[str, Any]
@@ -49,7 +50,21 @@ class RpcError(Exception):
         return KIND_BY_CODE.get(self.code)
 
 
+class AnsweredDespiteCancel(asyncio.CancelledError):
+    """A cancelled call the daemon had finished before the cancel reached it (`result`, its
+    raw answer, says what was done). Still a cancellation: raised only with `cancel_wait`."""
+
+    def __init__(self, method: str, result: Any) -> None:
+        super().__init__(f"{method} finished before it was cancelled")
+        self.method = method
+        self.result = result
+
+
 class CompactdClient:
+    cancel_wait: float = 0.0
+    """Seconds a cancelled call waits for the daemon's answer (0: none; the CLI waits, so it
+    exits only once the daemon has stopped the work)."""
+
     def __init__(
         self,
         reader: asyncio.StreamReader,
@@ -68,6 +83,7 @@ class CompactdClient:
         self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
         self._tasks: dict[Any, asyncio.Task[Any]] = {}  # daemon requests being answered
         self._closed = False
+        self._gone: ConnectionError | None = None  # why calls fail once the daemon is gone
         self._reader_task = asyncio.ensure_future(self._read_loop())
 
     # ---- starting ----------------------------------------------------------------------------
@@ -144,9 +160,20 @@ class CompactdClient:
         except (asyncio.IncompleteReadError, ConnectionError):
             return
         finally:
+            self._gone = await self._closed_error()
             for fut in self._pending.values():
                 if not fut.done():
-                    fut.set_exception(ConnectionError("the daemon closed the connection"))
+                    fut.set_exception(self._gone)
+
+    async def _closed_error(self) -> ConnectionError:
+        """What a call gets once the daemon is gone: said at once, with its exit code when
+        it is ours (it has exited, or does within a moment of closing its output)."""
+        code = None
+        if self.process is not None:
+            with contextlib.suppress(TimeoutError):
+                code = await asyncio.wait_for(self.process.wait(), 1.0)
+        said = "" if code is None else f" (exit code {code})"
+        return ConnectionError(f"the daemon closed the connection{said}")
 
     def _dispatch(self, msg: dict[str, Any]) -> None:
         if "method" in msg and "id" in msg:  # a request from the daemon
@@ -210,6 +237,10 @@ class CompactdClient:
         """Send without waiting; returns the id (for `cancel`) and the future of the answer."""
         msg_id = next(self._ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self._reader_task.done():  # the daemon is gone: fail now, not at the timeout
+            fut.set_exception(self._gone or ConnectionError("the daemon closed the connection"))
+            fut.exception()  # retrieved here if nobody awaits it: no "never retrieved" noise
+            return msg_id, fut
         self._pending[msg_id] = fut
         payload = unstructure(params) if attrs.has(type(params)) else params
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": msg_id, "method": method}
@@ -220,17 +251,33 @@ class CompactdClient:
 
     async def request(self, method: str, params: Any = None, timeout: float | None = None) -> Any:
         """Send and wait. A timeout or a cancelled task tells the daemon (`$/cancelRequest`),
-        so it stops work nobody will read."""
+        so it stops work nobody will read; with `cancel_wait`, a cancelled call then waits
+        that long for the daemon's answer (it comes once the work has stopped)."""
         msg_id, fut = self.send_request(method, params)
         try:
             return await asyncio.wait_for(asyncio.shield(fut), timeout or self.timeout)
-        except (TimeoutError, asyncio.CancelledError):
-            self._pending.pop(msg_id, None)
+        except TimeoutError:
+            self._give_up(msg_id, fut)
+            raise
+        except asyncio.CancelledError:
             if not fut.done():
-                fut.cancel()
                 with contextlib.suppress(Exception):
                     self.cancel(msg_id)
+                if self.cancel_wait:
+                    await asyncio.wait({fut}, timeout=self.cancel_wait)
+            self._give_up(msg_id, fut, told=True)
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                raise AnsweredDespiteCancel(method, fut.result()) from None
             raise
+
+    def _give_up(self, msg_id: int, fut: asyncio.Future[Any], told: bool = False) -> None:
+        """Stop waiting for an answer (and, unless `told` already, tell the daemon)."""
+        self._pending.pop(msg_id, None)
+        if not fut.done():
+            fut.cancel()
+            if not told:
+                with contextlib.suppress(Exception):
+                    self.cancel(msg_id)
 
     def notify(self, method: str, params: Any = None) -> None:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
@@ -304,11 +351,12 @@ class CompactdClient:
         expected_head: Any = UNSET,
     ) -> t.AppendResult:
         """Append messages; `expected_head` (None: an empty thread) guards against other
-        writers moving the thread first."""
+        writers moving the thread first. A message may be the anthropic SDK's reply itself
+        (`Message` / `BetaMessage`): its role and content are appended."""
         params = unstructure(
             t.AppendParams(
                 session_id,
-                messages,
+                None if messages is None else [as_message(msg) for msg in messages],
                 nodes,
                 format,  # type: ignore[arg-type]
                 branch,
@@ -483,6 +531,7 @@ class CompactdClient:
         """The `tool_result` block answering the model's `compactd_recall` call: the recalled
         lines, with a note on how to continue when the page was cut. A bad handle or line is
         the model's mistake, so it comes back as an error result the model can read."""
+        tool_use = plain(tool_use)
         inp = tool_use.get("input") or {}
         try:
             got = await self.recall(
@@ -572,18 +621,55 @@ def wire_params(cls: type[R], args: dict[str, Any]) -> R:
     before anything is sent."""
     names = {a.name for a in attrs.fields(cls)}  # type: ignore[arg-type]
     raw = {
-        camel(k): unstructure(v) if attrs.has(type(v)) else v
+        camel(k): unstructure(v) if attrs.has(type(v)) else plain(v)
         for k, v in args.items()
         if k in names and v is not None
     }
     return structure(raw, cls, cls.__name__)
 
 
+def plain(value: Any) -> Any:
+    """An SDK object (a pydantic model: the anthropic SDK's usage, edits, blocks) as the JSON
+    it stands for, its unset fields left out; dicts and lists are walked, the rest kept."""
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, type):
+        return dump(mode="json", exclude_none=True)
+    return value
+
+
+_DIRECT_CALLER = {"type": "direct"}
+
+
+def as_message(message: Any) -> Any:
+    """A message to append: a dict as given (SDK blocks in it made plain), or a model's reply
+    (the SDK's `Message` / `BetaMessage`, or its JSON) as the assistant message it holds —
+    its role and content only, and without the `caller: {"type": "direct"}` the API adds to
+    each tool_use block (the default, which a request does not echo back)."""
+    data = plain(message)
+    if not isinstance(data, dict) or data.get("type") != "message":
+        return data
+    content = [
+        {k: v for k, v in block.items() if not (k == "caller" and v == _DIRECT_CALLER)}
+        if isinstance(block, dict) and block.get("type") == "tool_use"
+        else block
+        for block in data.get("content") or []
+    ]
+    return {"role": data.get("role", "assistant"), "content": content}
+
+
+def tool_uses(reply: Any) -> list[dict[str, Any]]:
+    """The `tool_use` blocks of a model's reply (an SDK message or a message dict), as dicts:
+    the calls the agent answers (`call["name"]`, `call["input"]`, `call["id"]`)."""
+    content = as_message(reply).get("content") if reply is not None else None
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+
+
 def recall_text(got: t.RecallResult) -> str:
     """A recalled page as the model reads it; a cut page says where to continue."""
-    if not got.truncated:
-        return got.text
-    return (
-        f"{got.text}\n[compactd: lines {got.start_line}–{got.end_line} of {got.total_lines}; "
-        f"call compactd_recall with startLine={got.end_line + 1} for more]"
-    )
+    return page_text(got.text, got.start_line, got.end_line, got.total_lines, got.truncated)

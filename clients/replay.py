@@ -225,7 +225,8 @@ def plot(report: dict[str, Any], path: str) -> None:
         from matplotlib.ticker import FuncFormatter, MaxNLocator
     except ImportError as exc:  # an optional dependency
         raise SystemExit(
-            "compactd: --plot needs matplotlib (pip install 'compactd[plot]')"
+            "compactd: --plot needs matplotlib "
+            "(in a clone: pip install '.[plot]', or pip install matplotlib)"
         ) from exc
     steps = report["steps"]
     by_thread = threads(steps)

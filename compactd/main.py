@@ -1,4 +1,5 @@
-"""The `compactd` console script: `serve` runs the daemon, every other command the client CLI.
+"""The `compactd` console script: `serve` runs the daemon, `proxy` the HTTP proxy, every other
+command the client CLI.
 
 The one module that sees both sides, so the client (`compactd.clients`) never imports the
 daemon, and a client command does not pay for the daemon's imports.
@@ -15,6 +16,10 @@ def main(argv: list[str] | None = None) -> int:
         from .daemon.main import serve
 
         return serve(ns)
+    if ns.command == "proxy":
+        from .proxy.main import run as proxy
+
+        return proxy(ns)
     if ns.command == "migrate":
         from .migrate import run as migrate
 

@@ -19,7 +19,7 @@ import orjson
 from .budget import Calibration, reported_prompt_tokens
 from .cascade import Drive, run_cascade
 from .decompose import from_anthropic, from_nodes, from_openai
-from .errors import CompactdError, InvalidContent, TooLarge
+from .errors import CompactdError, InvalidContent, Stopped, TooLarge
 from .graph import Graph, Node, Record
 from .policy import Policy, check_session_config, policy_from_config
 from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE, project
@@ -163,52 +163,71 @@ class Engine:
         return outcome
 
     def import_sessions(
-        self, path: str, *, new: bool = False
+        self, path: str, *, new: bool = False, stopped: Callable[[], bool] | None = None
     ) -> tuple[list[Session], ImportOutcome]:
         """Read a transcript (regular files only, each under `maxImportBytes`) and write its
         new sessions, counted for listings, touching none of the engine's loaded state: the
         daemon runs this in a worker thread so a big file never holds up its loop, and
-        registers the sessions after. Everything the import would write is measured before
-        any of it is: over its bound (`import_bound`), it is refused and nothing is written."""
+        registers the sessions after. All its sessions are written or none: `stopped` (asked
+        as the import goes) turning true raises `Stopped` before anything is written, and so
+        does an import that would write more than its bound (`import_bound`: `TooLarge`)."""
         from .importers import load_transcript
-        from .importers.apply import import_session
+        from .importers.apply import import_sessions
         from .importers.files import read_limit, read_regular
 
         max_bytes = self.limits.max_import_bytes
         with read_limit(max_bytes) as reads:
             conversations = load_transcript(path, max_bytes)  # unreadable, too big: typed errors
             digest = hashlib.sha256(read_regular(Path(path))).hexdigest()
-        bound, binding = import_bound(self.limits, reads.total)
         known = {} if new else self._imported_before()
-        sessions, ids, warnings, existing = [], [], [], []
-        written = 0
+        ids: list[str | None] = []
+        existing: list[str] = []
+        todo = []
         for imported in conversations:
             key = (digest, imported.source_id)
             if key in known:
                 ids.append(known[key])
                 existing.append(known[key])
-                continue
-            session = import_session(self.library, imported, source_digest=digest, hold=True)
-            assert session.unborn is not None
-            written += log_size(session.unborn, self.limits.max_message_bytes, bound - written)
-            if written > bound:
-                what = "what the import would write"
-                if binding == "maxImportAmplification":
-                    times = self.limits.max_import_amplification
-                    what += f" ({times} × the {reads.total:,} bytes it read)"
-                raise TooLarge(what, binding, bound)
-            sessions.append(session)
-            ids.append(session.id)
+            else:
+                ids.append(None)
+                todo.append((imported, digest))
+        if stopped is not None and stopped():
+            raise Stopped("the import was stopped before it wrote anything")
+        sessions = import_sessions(
+            self.library, todo, stopped=stopped, before_writing=self._bounded(reads.total)
+        )
+        for session in sessions:  # listings read these
+            self.store.keep_counts(session.id, self.counts(session, session.offset))
+        made = iter(sessions)
+        warnings = []
+        for (imported, _digest), session in zip(todo, sessions, strict=True):
             warnings.extend(f"{imported.source_id}: {w}" for w in imported.warnings)
             if not session.graph.nodes:
                 warnings.append(
                     f"{imported.source_id}: the transcript holds no message, so the session is "
                     "empty (a sub-agent's file alone? import its parent session's file)"
                 )
-        for session in sessions:
-            session.create_unborn()
-            self.store.keep_counts(session.id, self.counts(session, session.offset))
-        return sessions, ImportOutcome(ids, warnings, existing)
+        order = [sid if sid is not None else next(made).id for sid in ids]
+        return sessions, ImportOutcome(order, warnings, existing)
+
+    def _bounded(self, read: int) -> Callable[[list[Session]], None]:
+        """The check of what an import that read `read` bytes is about to write: everything
+        its sessions hold, measured before any is written, over the bound is `TooLarge`."""
+        bound, binding = import_bound(self.limits, read)
+
+        def check(sessions: list[Session]) -> None:
+            written = 0
+            for session in sessions:
+                pending = session.pending_events()
+                written += log_size(pending, self.limits.max_message_bytes, bound - written)
+                if written > bound:
+                    what = "what the import would write"
+                    if binding == "maxImportAmplification":
+                        times = self.limits.max_import_amplification
+                        what += f" ({times} × the {read:,} bytes it read)"
+                    raise TooLarge(what, binding, bound)
+
+        return check
 
     def _imported_before(self) -> dict[tuple[str, str], str]:
         """(file digest, source id) → session, from each log's header line (its `open`)."""

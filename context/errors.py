@@ -89,6 +89,11 @@ class CannotFit(CompactdError):
     kind = "cannot_fit"
 
 
+class Stopped(Exception):
+    """Work told to stop (the client cancelled it) stopped before it wrote anything. Not a
+    wire error: the front answers the cancelled request as cancelled."""
+
+
 class ProviderFailure(CompactdError):
     """A summary provider failed; nothing was written."""
 

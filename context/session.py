@@ -113,10 +113,9 @@ class Session:
         return events
 
     @contextlib.contextmanager
-    def buffered(self, *, hold: bool = False) -> Iterator[None]:
+    def buffered(self) -> Iterator[None]:
         """Collect writes in memory and write them with one fsync at the end (imports); an
-        unborn session's log is created then, holding everything at once — or, with `hold`,
-        later by `create_unborn` (an import measures all it would write before it writes)."""
+        unborn session's log is created then, holding everything at once."""
         self._buffer = []
         try:
             yield
@@ -125,18 +124,16 @@ class Session:
             raise
         events, self._buffer = self._buffer, None
         if self.unborn is not None:
-            self.unborn.extend(events)
-            if not hold:
-                self.create_unborn()
+            self.offset = self.store.create(self.id, self.unborn + events)
+            self.unborn = None
         elif events:
             with self.store.locked(self.id):
                 self.offset = self.store.append(self.id, events)
 
-    def create_unborn(self) -> None:
-        """Create an unborn session's log with everything written to it so far."""
-        assert self.unborn is not None, "the session's log exists already"
-        self.offset = self.store.create(self.id, self.unborn)
-        self.unborn = None
+    def pending_events(self) -> list[dict[str, Any]]:
+        """What a `buffered` block holds that is not written yet (and an unborn session's
+        header): what the block's end will write."""
+        return [*(self.unborn or []), *(self._buffer or [])]
 
     # ---- conversation ----------------------------------------------------------------------
 
@@ -271,7 +268,12 @@ class Session:
 
     # ---- branches --------------------------------------------------------------------------
 
-    def create_branch(self, name: str, from_node: str | None = None) -> str | None:
+    def create_branch(
+        self, name: str, from_node: str | None = None, *, empty: bool = False
+    ) -> str | None:
+        """A new branch whose head is `from_node` (default: the current head), or, `empty`,
+        one with no node yet: a conversation that shares nothing with the others (the proxy
+        forks there when a client's history differs from its very first message)."""
         if not isinstance(name, str) or not SESSION_ID_RE.fullmatch(name):
             raise InvalidContent(f"invalid branch name {name!r}", field="name")
         out: dict[str, str | None] = {}
@@ -279,7 +281,7 @@ class Session:
         def build(g: Graph, seq: int, now: float) -> list[dict[str, Any]]:
             if name in g.branches:
                 raise InvalidGraph(f"branch {name!r} already exists", branch=name)
-            head = from_node if from_node is not None else g.head()
+            head = None if empty else from_node if from_node is not None else g.head()
             if head is not None:
                 node = g.node(head)
                 if not node.is_thread or node.owner is not None:

@@ -159,3 +159,9 @@ class Counter:
 
 COUNTER = Counter()
 """The process-wide counter (the encoder is thread-safe; the memo tolerates races)."""
+
+
+def first_tokens(text: str, limit: int) -> str:
+    """`text` cut after its first `limit` tokens (whole when it is no longer)."""
+    tokens = encoding().encode_ordinary(text)
+    return text if len(tokens) <= limit else encoding().decode(tokens[:limit])

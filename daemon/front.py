@@ -180,19 +180,22 @@ class Front:
             return False
         task = asyncio.ensure_future(self._answer(handler, msg_id, data.get("params")))
         self._running[msg_id] = task
-        task.add_done_callback(lambda _t, key=msg_id: self._running.pop(key, None))
+        task.add_done_callback(lambda done, key=msg_id: self._finished(done, key))
         return True
+
+    def _finished(self, task: asyncio.Task[None], msg_id: Any) -> None:
+        self._running.pop(msg_id, None)
+        if task.cancelled():  # cancelled before it started (the cancel came in the same read)
+            self._write({"jsonrpc": "2.0", "id": msg_id, "error": _cancelled(msg_id)})
 
     async def _answer(self, handler: Callable[..., Any], msg_id: Any, params: Any) -> None:
         try:
             result = await handler(self, params)
         except asyncio.CancelledError:
-            message = f'Request with id "{msg_id}" is canceled'
-            error: dict[str, Any] = {"code": REQUEST_CANCELLED, "message": message}
-            self._write({"jsonrpc": "2.0", "id": msg_id, "error": error})
+            self._write({"jsonrpc": "2.0", "id": msg_id, "error": _cancelled(msg_id)})
             return
         except Exception as exc:  # the rpc wrapper raised a JSON-RPC error (pygls' own type)
-            error = {
+            error: dict[str, Any] = {
                 "code": getattr(exc, "code", -32603),
                 "message": getattr(exc, "message", "internal error"),
             }
@@ -231,3 +234,8 @@ class Front:
             )
         header = f"Content-Length: {len(body)}\r\n\r\n".encode("ascii")
         self.writer.write(header + body)
+
+
+def _cancelled(msg_id: Any) -> dict[str, Any]:
+    """The error of a cancelled request, worded as pygls words it."""
+    return {"code": REQUEST_CANCELLED, "message": f'Request with id "{msg_id}" is canceled'}

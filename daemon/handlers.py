@@ -16,6 +16,7 @@ from ..protocol import types as t
 from ..service.app import App
 from ..service.compaction import compact, render_with_cascade, replay_transcript
 from ..service.events import compaction_event, render_tokens
+from ..service.stoppable import run_stoppable
 from .rpc import rpc
 
 if TYPE_CHECKING:
@@ -157,9 +158,10 @@ def register(server: Any, app: App) -> None:
     async def session_import(ls: CompactdServer, p: t.ImportParams) -> t.ImportResult:
         async with app.front.progress(p.work_done_token, "compactd: importing") as report:
             report(p.path)
-            # read and written in a worker thread: a big transcript never holds up the loop
-            sessions, outcome = await app.work.run(
-                None, lambda: engine.import_sessions(p.path, new=p.new)
+            # read and written in a worker thread: a big transcript never holds up the loop;
+            # a cancel stops it before it writes, and is answered once it has stopped
+            sessions, outcome = await run_stoppable(
+                lambda stopped: engine.import_sessions(p.path, new=p.new, stopped=stopped)
             )
         for session in sessions:
             engine.sessions[session.id] = session

@@ -13,6 +13,7 @@ nothing is written. One cascade runs per session at a time.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import tempfile
 import time
@@ -22,19 +23,22 @@ from typing import Any, TypeVar
 import attrs
 
 from ..context.engine import Engine, RenderParams
-from ..context.errors import InvalidContent, ProviderFailure
+from ..context.errors import InvalidContent, ProviderFailure, Stopped
 from ..context.policy import policy_from_config
 from ..context.render.request import Rendered
-from ..context.replay import ReplayOptions, replay
+from ..context.replay import ReplayOptions, ReplayReport, replay
 from ..context.stores import FileStore
+from ..context.summarizer.driver import drive as drive_sync
 from ..context.summarizer.types import Answer, Steps, SummaryFailure, SummaryNeeded
 from ..context.tiers.base import Outcome, TierEvent
 from ..context.tiers.reactive import Overflow, parse_overflow
 from ..protocol.types import CompactResult, ProviderError, ReplayParams
 from .app import App, settle
+from .stoppable import Stop, run_stoppable
 
 log = logging.getLogger("compactd.daemon")
 T = TypeVar("T")
+STOP_POLL_SECONDS = 0.2  # how soon a replay waiting on a summary hears it was cancelled
 
 
 @attrs.frozen
@@ -50,18 +54,15 @@ async def drive(
     start: Callable[[], Steps[T]],
     *,
     provider: str | None,
-    turn: str | None = "",
     token: str | None = None,
     title: str = "compactd: compacting",
     describe: Callable[[SummaryNeeded, int], str] = lambda need, n: (
         f"{need.tier}: summary call {n}"
     ),
 ) -> T:
-    """Run the steps `start()` makes to their end, each stretch in the worker in the turn of
-    `turn` (the session's own by default; None for a scratch engine no one else uses),
-    answering each summary request with `provider` and reporting it as `$/progress` on the
-    client's `token`."""
-    turn = session_id if turn == "" else turn
+    """Run the steps `start()` makes to their end, each stretch in the worker in the
+    session's turn, answering each summary request with `provider` and reporting it as
+    `$/progress` on the client's `token`."""
     calls = 0
     steps: Steps[T] | None = None
 
@@ -78,17 +79,17 @@ async def drive(
     async with app.front.progress(token, title) as report:
         need: SummaryNeeded | _Done | None = None
         try:
-            need = await app.work.run(turn, lambda: advance(None))
+            need = await app.work.run(session_id, lambda: advance(None))
             while not isinstance(need, _Done):
                 calls += 1
                 report(describe(need, calls))
                 reply = await answer_one(app, session_id, provider, need)
-                need = await app.work.run(turn, lambda reply=reply: advance(reply))
+                need = await app.work.run(session_id, lambda reply=reply: advance(reply))
             return need.value  # type: ignore[no-any-return]
         finally:
             if steps is not None and not isinstance(need, _Done):
                 # left early: closed where it ran, in its turn, so nothing is written
-                await app.work.run(turn, steps.close)
+                await app.work.run(session_id, steps.close)
 
 
 async def cascade(
@@ -216,16 +217,32 @@ async def replay_transcript(app: App, p: ReplayParams) -> dict[str, Any]:
         ratio=p.ratio,
         write_price=p.write_price,
     )
-    with tempfile.TemporaryDirectory(prefix="compactd-replay-") as scratch:
-        engine = Engine(FileStore(scratch), defaults=app.engine.defaults, summary_provider=provider)
-        result = await drive(
-            app,
-            "replay",
-            lambda: replay(engine, sessions[p.index], options),
-            provider=provider,
-            turn=None,  # a scratch engine of its own: no one else's turn to wait for
-            token=p.work_done_token,
-            title="compactd: replaying",
-            describe=lambda need, _: f"{need.tier} summary",
-        )
+    loop = asyncio.get_running_loop()
+    async with app.front.progress(p.work_done_token, "compactd: replaying") as report:
+
+        async def answer(need: SummaryNeeded) -> Answer:
+            report(f"{need.tier} summary")
+            return await answer_one(app, "replay", provider, need)
+
+        def run(stopped: Stop) -> ReplayReport:
+            """In a worker thread (the loop goes on answering, and hears a cancel): the
+            summaries are asked on the loop, a cancel is seen before each step."""
+
+            def answer_here(need: SummaryNeeded) -> Answer:
+                pending = asyncio.run_coroutine_threadsafe(answer(need), loop)
+                while True:
+                    try:
+                        return pending.result(timeout=STOP_POLL_SECONDS)
+                    except concurrent.futures.TimeoutError:
+                        if stopped():
+                            pending.cancel()
+                            raise Stopped("the replay was stopped") from None
+
+            with tempfile.TemporaryDirectory(prefix="compactd-replay-") as scratch:
+                store = FileStore(scratch)
+                engine = Engine(store, defaults=app.engine.defaults, summary_provider=provider)
+                work = replay(engine, sessions[p.index], options, stopped)
+                return drive_sync(work, answer_here)
+
+        result = await run_stoppable(run)
     return result.to_json()

@@ -5,8 +5,10 @@
 * `jsonio.py` — reading JSON/JSONL transcripts (loudly) and the conversions every format shares.
 * `builder.py` — `ThreadBuilder`, through which every importer builds its threads, so pairing,
   ordering and sub-agent functions follow one set of conventions (documented there).
-* one module per format: `claude_code.py`, `codex.py`, `openhands.py`, `swe_agent.py`, each with
-  `load(path) -> list[ImportedSession]`.
+* one module per format: `claude_code.py`, `codex.py`, `openhands.py`, `swe_agent.py`,
+  `mini_swe_agent.py`, `gemini_cli.py`, `cline.py`, `aider.py`, `messages.py` (your own agent's
+  messages), each with `load(path) -> list[ImportedSession]`; `chat.py` feeds the chat-message
+  lists several of them hold; `compaction.py` makes a recorded compaction a summary record.
 * `apply.py` — writing an imported session's ops to a session (import) or stepping them (replay).
 """
 

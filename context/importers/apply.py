@@ -1,22 +1,34 @@
 """Applying an imported transcript's ops to a session.
 
-`import_session` writes the whole conversation with one fsync; `Replayer` applies the same ops
+`import_session` writes the whole conversation with one fsync (`import_sessions` several,
+all or none); `Replayer` applies the same ops
 step by step (a step ends at each `ModelCall`), which is how `compactd replay` and the
 cascade tests relive a session the way the agent did.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
 
 from ..decompose import from_anthropic
-from ..errors import InvalidGraph
+from ..errors import InvalidGraph, Stopped
 from ..projection import ABANDON, NOTE
 from ..session import Library, Session
-from .plan import FunctionEnd, FunctionStart, ImportedSession, Messages, ModelCall, Note, Op
+from .compaction import compaction_record
+from .plan import (
+    Compaction,
+    FunctionEnd,
+    FunctionStart,
+    ImportedSession,
+    Messages,
+    ModelCall,
+    Note,
+    Op,
+)
 
 
 def session_meta(imported: ImportedSession, source_digest: str | None = None) -> dict[str, Any]:
@@ -40,13 +52,18 @@ def session_meta(imported: ImportedSession, source_digest: str | None = None) ->
 
 class OpApplier:
     """Applies ops to one session, remembering which function each thread key names. With
-    `sent` (an `ImportedSession.sent`), tool results are what the recorded agent sent."""
+    `sent` (an `ImportedSession.sent`), tool results are what the recorded agent sent. With
+    `compactions`, the agent's recorded compactions become summary records (an import); a
+    replay leaves them out, so what it measures is compactd's own management."""
 
-    def __init__(self, session: Session, sent: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, session: Session, sent: dict[str, Any] | None = None, *, compactions: bool = False
+    ) -> None:
         self.session = session
         self.functions: dict[str, str] = {}
         self.now = session.clock()
         self.sent = sent or {}
+        self.compactions = compactions
 
     def thread(self, key: str | None) -> str | None:
         if key is None:
@@ -75,6 +92,10 @@ class OpApplier:
             s.function_complete(self.thread(op.key) or "", op.output, op.status)
         elif isinstance(op, Note):
             s.add_records([{"kind": NOTE, "covers": [], "data": {"note": op.kind, **op.data}}])
+        elif isinstance(op, Compaction) and self.compactions:
+            record = compaction_record(s.graph, op, self.thread(op.thread))
+            if record is not None:
+                s.add_records([record])
         elif isinstance(op, ModelCall):
             return  # a step boundary, not data
 
@@ -106,22 +127,51 @@ def import_session(
     session_id: str | None = None,
     *,
     source_digest: str | None = None,
-    hold: bool = False,
 ) -> Session:
-    """Create a session holding the whole transcript, written with a single fsync (`hold`:
-    not yet; the caller creates it with `create_unborn`)."""
-    session = library.create(session_id, meta=session_meta(imported, source_digest), unborn=True)
-    applier = OpApplier(session)
+    """Create a session holding the whole transcript, written with a single fsync."""
+    return import_sessions(library, [(imported, source_digest)], session_id=session_id)[0]
+
+
+def import_sessions(
+    library: Library,
+    conversations: list[tuple[ImportedSession, str | None]],
+    *,
+    session_id: str | None = None,
+    stopped: Callable[[], bool] | None = None,
+    before_writing: Callable[[list[Session]], None] | None = None,
+) -> list[Session]:
+    """Create one session per (conversation, source digest), all or none: each is built in
+    memory and the logs are written (one fsync each) only once every one is built. `stopped`
+    is asked before each op; when it says yes, `Stopped` is raised and nothing is written.
+    `before_writing(sessions)` sees them all built, before any is written (an import's bound
+    on what it writes): what it raises leaves nothing written either."""
+    sessions: list[Session] = []
+    with contextlib.ExitStack() as pending:
+        for imported, digest in conversations:
+            meta = session_meta(imported, digest)
+            session = library.create(session_id, meta=meta, unborn=True)
+            pending.enter_context(session.buffered())  # written when the stack closes
+            _apply_all(session, imported, stopped)
+            sessions.append(session)
+        if before_writing is not None:
+            before_writing(sessions)
+    return sessions
+
+
+def _apply_all(
+    session: Session, imported: ImportedSession, stopped: Callable[[], bool] | None
+) -> None:
+    applier = OpApplier(session, compactions=True)
     real_clock = session.clock
     session.clock = lambda: applier.now
     try:
-        with session.buffered(hold=hold):
-            for op in imported.ops:
-                applier.apply(op)
-            abandon_open_calls(session)
+        for op in imported.ops:
+            if stopped is not None and stopped():
+                raise Stopped("the import was stopped before it wrote anything")
+            applier.apply(op)
+        abandon_open_calls(session)
     finally:
         session.clock = real_clock
-    return session
 
 
 def abandon_open_calls(session: Session) -> None:

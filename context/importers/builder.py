@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from .plan import MAIN, FunctionEnd, FunctionStart, Messages, ModelCall, Note, Op
+from .plan import MAIN, Compaction, FunctionEnd, FunctionStart, Messages, ModelCall, Note, Op
 
 __all__ = ["FunctionResolver", "FunctionRun", "ThreadBuilder"]
 
@@ -73,7 +73,7 @@ class _Turn:
     blocks: list[dict[str, Any]] = attrs.Factory(list)
     calls: dict[str, _Call] = attrs.Factory(dict)
     notes_before: list[Note] = attrs.Factory(list)
-    after: list[_UserChunk | Note] = attrs.Factory(list)
+    after: list[_UserChunk | Note | Compaction] = attrs.Factory(list)
 
 
 class ThreadBuilder:
@@ -177,8 +177,9 @@ class ThreadBuilder:
             self._turn = _Turn(False, timestamp=timestamp)
         self._turn.after.append(_UserChunk(content, meta, timestamp))
 
-    def note(self, note: Note) -> None:
-        """A Note at this point of the thread (after what the open turn already holds)."""
+    def note(self, note: Note | Compaction) -> None:
+        """A Note (or a recorded compaction) at this point of the thread, after what the open
+        turn already holds."""
         if self._turn is None:
             self.ops.append(note)
         else:
@@ -257,7 +258,9 @@ class ThreadBuilder:
                 found.append((call, run))
         return found
 
-    def _emit_user_messages(self, answered: list[_Call], events: list[_UserChunk | Note]) -> None:
+    def _emit_user_messages(
+        self, answered: list[_Call], events: list[_UserChunk | Note | Compaction]
+    ) -> None:
         results = [call.result for call in answered if call.result is not None]
         first_result_at = min(
             (call.result_timestamp for call in answered if call.result_timestamp is not None),
@@ -281,7 +284,7 @@ class ThreadBuilder:
                 results = []
 
         for event in events:
-            if isinstance(event, Note):
+            if isinstance(event, Note | Compaction):
                 close()
                 emit_bare_results()
                 self.ops.append(event)

@@ -23,7 +23,8 @@ parallel); a lookup by prompt also links a sub-agent whose call never got a resu
 
 Claude Code's own records are kept as Notes, never as conversation: `compact_boundary`
 (`claude_code_compact_boundary`, data = its `compactMetadata` …), the `isCompactSummary` user
-message (`claude_code_compact_summary`, data `text`), the compaction call itself from
+message (`claude_code_compact_summary`, data `text`, followed by a `Compaction`: the import
+makes it a summary record), the compaction call itself from
 `subagents/agent-acompact-*.jsonl` (`claude_code_compaction_call`, data `messages` = the call's
 input messages as recorded, `summary` = the text it produced; placed just before the boundary it
 led to), and older `summary` lines (`claude_code_summary`). `progress`, `file-history-snapshot`,
@@ -49,10 +50,11 @@ from typing import Any
 import attrs
 
 from ..errors import InvalidContent, InvalidPath
+from ..tokens import first_tokens
 from .builder import FunctionRun, ThreadBuilder
 from .files import read_inside
 from .jsonio import iso_to_unix, read_jsonl
-from .plan import MAIN, ImportedSession, Note
+from .plan import MAIN, Compaction, ImportedSession, Note
 
 _ANTHROPIC_USAGE_KEYS = (
     "input_tokens",
@@ -120,6 +122,7 @@ class _SessionImport:
         self.compaction_calls: list[Note] = []
         self.sent: dict[str, Any] = {}  # spilled results read back: what the model got instead
         self.spilled: dict[str, Any] = {}  # spilled file name -> the call it was read for
+        self.reads = _RecentReads()  # what Claude Code re-reads after it compacts
 
     # top level
 
@@ -225,6 +228,8 @@ class _SessionImport:
             blocks = []
         if main and self.model is None and isinstance(model, str):
             self.model = model
+        if main:
+            self.reads.calls(blocks)
         message_id = message.get("id")
         builder.assistant(
             blocks,
@@ -237,8 +242,19 @@ class _SessionImport:
     def _user(self, builder: ThreadBuilder, line: dict[str, Any], timestamp: float | None) -> None:
         content = _content_of(line)
         if line.get("isCompactSummary"):
-            data = {"text": _plain_text(content), "uuid": line.get("uuid")}
+            text = _plain_text(content)
+            data = {"text": text, "uuid": line.get("uuid")}
             builder.note(Note("claude_code_compact_summary", data, timestamp))
+            if text:  # from here on the agent sent this in place of what came before
+                restored = self.reads.restored() if builder.thread is MAIN else []
+                compaction = Compaction(
+                    text,
+                    "claude-code",
+                    restored=restored,
+                    thread=builder.thread,
+                    timestamp=timestamp,
+                )
+                builder.note(compaction)
             return
         meta = bool(line.get("isMeta"))
         if isinstance(content, str):
@@ -253,6 +269,8 @@ class _SessionImport:
                 continue
             if block.get("type") == "tool_result":
                 resolved = self._resolve_spill(block)
+                if builder.thread is MAIN:
+                    self.reads.result(resolved)
                 builder.result(resolved, timestamp=timestamp, info=line.get("toolUseResult"))
             else:
                 others.append(block)
@@ -418,6 +436,42 @@ class _SessionImport:
             "parentUuid": lines[0].get("parentUuid"),
         }
         return Note("claude_code_compaction_call", data, iso_to_unix(lines[0].get("timestamp")))
+
+
+class _RecentReads:
+    """The files the session read, newest last: after a compaction Claude Code re-reads the
+    most recent ones into its context (at most 5, each at most 5,000 tokens), so they are
+    part of what the agent saw next. A file's latest `Read` result stands for it."""
+
+    FILES = 5
+    TOKENS_EACH = 3_700  # 5,000 of Claude's tokens, in ours (Claude counts ~1.36× more)
+
+    def __init__(self) -> None:
+        self._paths: dict[str, str] = {}  # tool_use id -> file path, for Read calls
+        self._latest: dict[str, str] = {}  # file path -> its latest result text
+
+    def calls(self, blocks: list[dict[str, Any]]) -> None:
+        for block in blocks:
+            call_input = block.get("input")
+            if block.get("type") == "tool_use" and block.get("name") == "Read":
+                path = call_input.get("file_path") if isinstance(call_input, dict) else None
+                if isinstance(path, str) and isinstance(block.get("id"), str):
+                    self._paths[block["id"]] = path
+
+    def result(self, block: dict[str, Any]) -> None:
+        path = self._paths.get(str(block.get("tool_use_id")))
+        text = _plain_text(block.get("content"))
+        if path is None or not text or block.get("is_error"):
+            return
+        self._latest.pop(path, None)
+        self._latest[path] = text  # newest last
+
+    def restored(self) -> list[str]:
+        newest = list(self._latest.items())[-self.FILES :]
+        return [
+            f"[{path}, re-read after the compaction]\n{first_tokens(text, self.TOKENS_EACH)}"
+            for path, text in reversed(newest)
+        ]
 
 
 def _group_sidechains(lines: list[dict[str, Any]]) -> list[_Subagent]:

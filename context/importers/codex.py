@@ -18,6 +18,9 @@ Each line is `{timestamp, type, payload}`. What we map, in Anthropic format:
   input - cached`, `cache_read_input_tokens = cached`, `cache_creation_input_tokens = 0` (OpenAI
   does not bill cache writes), `output_tokens = output` (reasoning tokens are part of it).
 * `session_meta` → `source_id` and a Note; `turn_context` → the model, and a Note when it changes.
+* `compacted` → a Note and a `Compaction` (the import makes it a summary record): its
+  `message` is the summary, and the user messages of its `replacement_history` are carried
+  over verbatim (Codex keeps the newest ones, up to 20K tokens).
 
 Other `event_msg`s duplicate response items (user_message, agent_message, agent_reasoning) or are
 UI events; they and `ghost_snapshot` items are skipped and counted in `warnings`. The rollout does
@@ -33,8 +36,15 @@ from typing import Any
 import orjson
 
 from .builder import ThreadBuilder
-from .jsonio import as_int, iso_to_unix, openai_usage_to_anthropic, read_jsonl, tool_input
-from .plan import MAIN, ImportedSession, Note
+from .jsonio import (
+    as_int,
+    image_block,
+    iso_to_unix,
+    openai_usage_to_anthropic,
+    read_jsonl,
+    tool_input,
+)
+from .plan import MAIN, Compaction, ImportedSession, Note
 
 _CALL_TYPES = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
 _OUTPUT_TYPES = frozenset(
@@ -84,6 +94,9 @@ class _RolloutImport:
                 self._session_meta(payload, timestamp)
             elif kind == "compacted":
                 self.builder.note(Note("codex_compacted", payload, timestamp))
+                compaction = _compaction(payload, timestamp)
+                if compaction is not None:  # from here on Codex sent its replacement history
+                    self.builder.note(compaction)
             else:
                 self.skipped[str(kind)] += 1
         ops = self.builder.finish()
@@ -224,6 +237,37 @@ class _RolloutImport:
         self.builder.note(Note("codex_session_meta", meta, timestamp))
 
 
+ENCRYPTED_SUMMARY = (
+    "[Codex compacted the conversation here; its summary is encrypted (a remote compaction) "
+    "and is not in the rollout]"
+)
+
+
+def _compaction(payload: dict[str, Any], timestamp: float | None) -> Compaction | None:
+    """A `compacted` record: `message` is the summary Codex wrote (empty for a remote one,
+    whose summary is an encrypted item), `replacement_history` what it sent from then on —
+    the injected context, the user's messages carried over verbatim, then the summary."""
+    message = payload.get("message")
+    summary = message.strip() if isinstance(message, str) else ""
+    history = payload.get("replacement_history")
+    requests: list[str] = []
+    for item in history if isinstance(history, list) else []:
+        if not isinstance(item, dict) or item.get("type") != "message":
+            continue
+        blocks = _blocks(item.get("content"))
+        text = "\n".join(b["text"] for b in blocks if b.get("type") == "text")
+        if item.get("role") != "user" or not text or _is_injected(blocks):
+            continue
+        if summary and summary in text:
+            continue  # the summary itself, as Codex handed it to the model
+        requests.append(text)
+    if not summary and not requests:
+        return None
+    return Compaction(
+        summary or ENCRYPTED_SUMMARY, "codex", user_requests=requests, timestamp=timestamp
+    )
+
+
 def _blocks(content: Any) -> list[dict[str, Any]]:
     """Responses-API content parts → Anthropic blocks."""
     if isinstance(content, str):
@@ -236,18 +280,10 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
         if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
             blocks.append({"type": "text", "text": part["text"]})
         elif kind == "input_image" and isinstance(part.get("image_url"), str):
-            blocks.append(_image(part["image_url"]))
+            blocks.append(image_block(part["image_url"]))
         elif kind == "refusal" and isinstance(part.get("refusal"), str):
             blocks.append({"type": "text", "text": part["refusal"]})
     return blocks
-
-
-def _image(url: str) -> dict[str, Any]:
-    if url.startswith("data:") and ";base64," in url:
-        media_type, data = url[5:].split(";base64,", 1)
-        source = {"type": "base64", "media_type": media_type, "data": data}
-        return {"type": "image", "source": source}
-    return {"type": "image", "source": {"type": "url", "url": url}}
 
 
 def _is_injected(blocks: list[dict[str, Any]]) -> bool:

@@ -17,6 +17,7 @@ import orjson
 
 from ..errors import InvalidContent
 from ..policy import MAX_IMPORT_BYTES
+from .chat import is_chat_message
 from .files import read_limit, read_regular
 from .jsonio import read_json_document
 from .plan import ImportedSession
@@ -30,8 +31,21 @@ FORMATS: dict[str, str] = {
     "codex": f"{_PACKAGE}.codex",
     "openhands": f"{_PACKAGE}.openhands",
     "swe-agent": f"{_PACKAGE}.swe_agent",
+    "mini-swe-agent": f"{_PACKAGE}.mini_swe_agent",
+    "gemini-cli": f"{_PACKAGE}.gemini_cli",
+    "cline": f"{_PACKAGE}.cline",
+    "aider": f"{_PACKAGE}.aider",
+    "messages": f"{_PACKAGE}.messages",
 }
 """Format name → module with a `load(path) -> list[ImportedSession]` function."""
+
+FORMAT_NAMES = (
+    "Claude Code and Codex sessions, OpenHands, SWE-agent and mini-swe-agent trajectories, "
+    "Gemini CLI sessions, Cline/Roo task histories (api_conversation_history.json), aider chat "
+    "histories (.aider.chat.history.md), and your own agent's messages (a JSON array of "
+    'Anthropic or OpenAI messages, {"messages": [...]}, or chat JSONL, one message a line)'
+)
+_AIDER_START = b"# aider chat started at"
 
 _CLAUDE_CODE_LINE_TYPES = frozenset(
     {"user", "assistant", "system", "summary", "progress", "file-history-snapshot"}
@@ -53,13 +67,15 @@ def load_transcript(path: str | Path, max_bytes: int = MAX_IMPORT_BYTES) -> list
 def detect_format(path: str | Path) -> str:
     """Name the format of a transcript from its first records (its content decides)."""
     transcript = Path(path)
+    if read_regular(transcript).lstrip().startswith(_AIDER_START):
+        return "aider"
     for record in _leading_records(transcript):
         found = _classify(record)
         if found is not None:
             return found
     raise InvalidContent(
-        f"{transcript}: not a transcript format compactd can import (Claude Code, Codex, "
-        "OpenHands or SWE-agent); its first records match none of them",
+        f"{transcript}: not a transcript format compactd can import; its first records match "
+        f"none of them. compactd imports {FORMAT_NAMES}",
         path=str(transcript),
     )
 
@@ -69,11 +85,25 @@ def _classify(record: Any) -> str | None:
         events = [event for event in record[:50] if isinstance(event, dict)]
         if events and any("action" in event or "observation" in event for event in events):
             return "openhands"
+        if events and all(is_chat_message(event) for event in events):
+            # Cline and Roo stamp every message of their task history with `ts`
+            return "cline" if all("ts" in event for event in events) else "messages"
         return None
     if not isinstance(record, dict):
         return None
+    if str(record.get("trajectory_format", "")).startswith("mini-swe-agent") or (
+        isinstance(record.get("messages"), list) and "info" in record and "trajectory" not in record
+    ):
+        return "mini-swe-agent"
     if "trajectory" in record or ("history" in record and "info" in record):
         return "swe-agent"
+    messages = record.get("messages")
+    if isinstance(messages, list):
+        heads = [m for m in messages[:20] if isinstance(m, dict)]
+        if "sessionId" in record and any(m.get("type") in ("user", "gemini") for m in heads):
+            return "gemini-cli"
+        if heads and all(is_chat_message(m) for m in heads):
+            return "messages"
     if isinstance(record.get("history"), list) and (
         "instance_id" in record or "instruction" in record
     ):
@@ -85,6 +115,8 @@ def _classify(record: Any) -> str | None:
         key in record for key in ("sessionId", "uuid", "leafUuid", "messageId")
     ):
         return "claude-code"
+    if is_chat_message(record):
+        return "messages"  # chat JSONL: this line is one message
     return None
 
 
@@ -111,4 +143,10 @@ def _leading_records(path: Path) -> Iterator[Any]:
             raise InvalidContent(f"{path}: the file is empty", path=str(path))
     if not seen:
         # A pretty-printed JSON document (e.g. a SWE-agent .traj) only parses as a whole.
+        if data.lstrip()[:1] not in (b"{", b"["):
+            raise InvalidContent(
+                f"{path}: neither JSON, JSONL nor an aider chat history, so not a transcript "
+                f"compactd can import. compactd imports {FORMAT_NAMES}",
+                path=str(path),
+            )
         yield read_json_document(path)

@@ -20,6 +20,7 @@ from .files import read_regular
 
 __all__ = [
     "as_int",
+    "image_block",
     "iso_to_unix",
     "openai_usage_to_anthropic",
     "read_json_document",
@@ -135,3 +136,12 @@ def tool_input(arguments: Any) -> dict[str, Any]:
 def as_int(value: Any) -> int:
     """A recorded count, or 0 when it is missing or not an integer."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def image_block(url: str) -> dict[str, Any]:
+    """An image given by URL (a `data:` URL inline, as base64) as an Anthropic image block."""
+    if url.startswith("data:") and ";base64," in url:
+        media_type, data = url[5:].split(";base64,", 1)
+        source = {"type": "base64", "media_type": media_type, "data": data}
+        return {"type": "image", "source": source}
+    return {"type": "image", "source": {"type": "url", "url": url}}

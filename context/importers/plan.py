@@ -87,7 +87,25 @@ class Note:
     timestamp: float | None = None
 
 
-Op = Messages | FunctionStart | FunctionEnd | ModelCall | Note
+@attrs.frozen
+class Compaction:
+    """The agent compacted its own context here: from this point on it sent `summary` (the
+    text it wrote) in place of everything of `thread` before it, followed by `user_requests`
+    when it carried the user's messages over verbatim (Codex's replacement history) and by
+    `restored` content it put back (the files Claude Code re-reads). An
+    import writes it as a summary record covering what it replaced, so the session renders
+    as the agent last saw it; the originals stay in the graph."""
+
+    summary: str
+    source: str  # the format that recorded it ("claude-code", "codex")
+    user_requests: list[str] = attrs.field(factory=list)
+    # what the agent put back after its summary (Claude Code re-reads its recent files)
+    restored: list[str] = attrs.field(factory=list)
+    thread: str | None = MAIN
+    timestamp: float | None = None
+
+
+Op = Messages | FunctionStart | FunctionEnd | ModelCall | Note | Compaction
 
 
 @attrs.frozen

@@ -18,6 +18,7 @@ recording, the model family's prior ratio and a 20,000-token system prompt stand
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -25,7 +26,7 @@ import orjson
 
 from ..budget import prior_ratio
 from ..engine import Engine, RenderParams
-from ..errors import CannotFit
+from ..errors import CannotFit, Stopped
 from ..importers.apply import OpApplier, steps
 from ..importers.plan import ImportedSession, Note
 from ..render.request import Rendered, RequestSpec
@@ -399,9 +400,21 @@ def provider_units(recorded: list[_Recorded], model: str | None, options: Replay
     return Units(ratio, overhead, source, fits)
 
 
+def recorded_units(engine: Engine, imported: ImportedSession, options: ReplayOptions) -> Units:
+    """The provider's units fitted on the recorded calls of `imported`, as a replay fits them
+    (the sessions it renders for that stay in `engine`'s store)."""
+    model = options.model or imported.model
+    return provider_units(_no_management(engine, imported), model, options)
+
+
 def replay(
-    engine: Engine, imported: ImportedSession, options: ReplayOptions
+    engine: Engine,
+    imported: ImportedSession,
+    options: ReplayOptions,
+    stopped: Callable[[], bool] | None = None,
 ) -> Steps[ReplayReport]:
+    """Relive `imported` under the cascade, step by step; `stopped` is asked before each
+    step (a cancelled request), and `Stopped` raised when it says so."""
     model = options.model or imported.model
     recorded = _no_management(engine, imported)
     units = provider_units(recorded, model, options)
@@ -433,6 +446,8 @@ def replay(
     by_index = {r.index: r for r in recorded}
     recall_counts = RecallCounts()
     for index, step in enumerate(steps(imported)):
+        if stopped is not None and stopped():
+            raise Stopped("the replay was stopped")
         for op in step.ops:
             applier.apply(op)
         call = step.call

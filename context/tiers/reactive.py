@@ -21,6 +21,12 @@ from .base import Run, TierEvent
 TIER = "reactive"
 
 PROMPT_TOO_LONG = re.compile(r"prompt is too long:\s*(\d+)\s*tokens\s*>\s*(\d+)\s*maximum")
+# OpenAI's wordings: Chat Completions names both numbers, the Responses API none
+CONTEXT_LENGTH = re.compile(
+    r"maximum context length is\s*(\d+)\s*tokens.*?(?:resulted in|requested)\s*(\d+)\s*tokens",
+    re.DOTALL,
+)
+CONTEXT_EXCEEDED = re.compile(r"exceeds the context window|context_length_exceeded")
 TOO_LARGE_SHRINK = 0.8  # a 413 names no numbers: aim 20% under the last estimate
 
 
@@ -37,7 +43,10 @@ def parse_overflow(status: int, message: str) -> Overflow | None:
     match = PROMPT_TOO_LONG.search(message or "")
     if match:
         return Overflow(status, message, int(match.group(1)), int(match.group(2)))
-    if status == 413:
+    match = CONTEXT_LENGTH.search(message or "")
+    if match:
+        return Overflow(status, message, int(match.group(2)), int(match.group(1)))
+    if status == 413 or (status == 400 and CONTEXT_EXCEEDED.search(message or "")):
         return Overflow(status, message, None, None)
     return None
 

@@ -48,6 +48,8 @@ class AnthropicSummaryProvider:
         model: str | None = None,
         api_key: str | None = None,
         base_url: str | None = None,
+        auth_token: str | None = None,
+        default_headers: dict[str, str] | None = None,
         max_retries: int = 2,
         timeout_seconds: float = 120.0,
         wall_seconds: float = 300.0,
@@ -60,6 +62,8 @@ class AnthropicSummaryProvider:
         self.stream_threshold_tokens = stream_threshold_tokens
         self._api_key = api_key  # None: the SDK reads ANTHROPIC_API_KEY (or its other sources)
         self._base_url = base_url  # None: the SDK reads ANTHROPIC_BASE_URL
+        self._auth_token = auth_token  # a bearer token instead of a key (what the proxy relays)
+        self._default_headers = default_headers
         self._client: AsyncAnthropic | None = None
 
     # -- public API ------------------------------------------------------------------------
@@ -130,7 +134,9 @@ class AnthropicSummaryProvider:
             try:
                 client = AsyncAnthropic(
                     api_key=self._api_key,
+                    auth_token=self._auth_token,
                     base_url=self._base_url,
+                    default_headers=self._default_headers,
                     max_retries=self.max_retries,
                     timeout=self.timeout_seconds,
                 )

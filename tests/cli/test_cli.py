@@ -282,3 +282,25 @@ async def test_import_reports_progress_on_the_callers_token(cli: Cli) -> None:
         await daemon.status()  # notifications sent before the answer have been read by now
     kinds = [n["value"]["kind"] for n in heard if n["token"] == "tok-1"]  # type: ignore[index]
     assert kinds == ["begin", "report", "end"]
+
+
+def test_version_and_store_work_on_every_command(cli: Cli) -> None:
+    """`serve --version` answers like `--version`; `--store` is a global option, passed to
+    the daemon a client command spawns (an unsupported URL is refused there, one line)."""
+    version = cli("--version").stdout
+    assert cli("serve", "--version").stdout == version == cli("sessions", "--version").stdout
+    done = cli("sessions", "--store", "mysql://db/agents", code=2)
+    assert "mysql://db/agents" in done.stderr and "postgresql://" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_install_lines_say_what_works() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert ".venv/bin/compactd" in readme and "pipx install ." in readme
+    for source in (
+        ROOT / "README.md",
+        ROOT / "clients/node/src/command.ts",
+        ROOT / "clients/replay.py",
+    ):
+        assert "pip install compactd" not in source.read_text(), source
+    assert "rm -rf $(RUN_DATA)" in (ROOT / "Makefile").read_text()  # make run: the same each time

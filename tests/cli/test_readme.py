@@ -7,7 +7,10 @@ import json
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
+
+from tests.support.fake_anthropic import FakeAnthropicProcess
 
 from .test_cli import ROOT, SCRIPT, SMALL, SWE, Cli, env_for
 
@@ -97,3 +100,54 @@ def test_the_neovim_snippet_talks_as_the_daemon_expects(tmp_path: Path) -> None:
     finally:
         proc.stdin.close()
         proc.wait(timeout=60)
+
+
+def test_the_python_agent_loop_runs_as_written(tmp_path: Path) -> None:
+    """The README's Python block, run unchanged with the real anthropic SDK against the
+    loopback fake: the model reads a file and calls compactd's own recall tool (with a handle
+    it made up), then answers; every request the SDK sends must pass the fake's checks
+    (pairing above all), and the session holds the whole loop."""
+    code = block("python", "An agent uses it like this")
+    (tmp_path / "agent.py").write_text(code)
+    (tmp_path / "README.md").write_text("The answer is forty-two.\n")
+    calls = [
+        {"type": "text", "text": "Let me read it."},
+        {
+            "type": "tool_use",
+            "id": "toolu_read",
+            "name": "read_file",
+            "input": {"path": "README.md"},
+        },
+        {
+            "type": "tool_use",
+            "id": "toolu_recall",
+            "name": "compactd_recall",
+            "input": {"handle": "recall:n1.00000000"},
+        },
+    ]
+    script = {
+        "messages": [{"kind": "text", "content": calls, "stop_reason": "tool_use"}],
+        "default": {"kind": "text", "text": "README.md says the answer is forty-two."},
+    }
+    with FakeAnthropicProcess(script=script) as fake:
+        env = {**env_for(tmp_path / "data"), "ANTHROPIC_BASE_URL": fake.base_url}
+        env["ANTHROPIC_API_KEY"] = "test-key"
+        done = subprocess.run(
+            [sys.executable, "agent.py"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        sent = [r for r in fake.requests() if r["path"].endswith("/messages")]
+    assert done.returncode == 0, done.stderr
+    assert "README.md says the answer is forty-two." in done.stdout
+    assert re.search(r"^[\d,]+ of [\d,]+ tokens$", done.stdout, re.M), done.stdout
+    assert len(sent) == 2
+    second = sent[1]["body"]["messages"]
+    results = {b["tool_use_id"]: b for b in second[-1]["content"] if b["type"] == "tool_result"}
+    assert "forty-two" in str(results["toolu_read"]["content"])
+    assert results["toolu_recall"].get("is_error") is True  # a made-up handle: the model reads why
+    assert [m["role"] for m in second] == ["user", "assistant", "user"]
+    assert "caller" not in str(second[1]["content"])

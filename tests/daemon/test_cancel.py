@@ -23,6 +23,7 @@ from .wire import RawDaemon
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 WAIT = 10.0
+TRANSCRIPTS = Path(__file__).resolve().parents[1] / "data/transcripts"
 
 
 @pytest.fixture(scope="module")
@@ -239,3 +240,32 @@ async def test_a_timeout_cancels_the_call_in_the_daemon(
     assert (await progress_of(client, "cx-timeout-token", "end"))["value"]["kind"] == "end"
     release.set()
     assert log_bytes(data_dir, sid) == log_before
+
+
+async def test_an_import_cancelled_at_once_keeps_nothing(client: CompactdClient) -> None:
+    """The cancel arrives in the same read as the request (Ctrl-C right away): it is still
+    answered, cancelled, and nothing of the transcript is kept — a later import is new."""
+    path = str(TRANSCRIPTS / "openhands/multi_swe_bench_output.jsonl")
+    before = {s.session_id for s in (await client.list_sessions()).sessions}
+    msg_id, answer = client.send_request("session/import", {"path": path})
+    client.cancel(msg_id)
+    with pytest.raises(RpcError) as caught:
+        await asyncio.wait_for(answer, WAIT)
+    assert caught.value.code == -32800
+    assert {s.session_id for s in (await client.list_sessions()).sessions} == before
+    again = await client.import_transcript(path)
+    assert len(again.session_ids) == 3 and again.existing == []
+
+
+async def test_a_replay_stops_when_cancelled(client: CompactdClient) -> None:
+    """`session/replay` runs off the loop and hears `$/cancelRequest`: cancelled once it has
+    begun, it is answered as cancelled (it used to run to its end and answer the report)."""
+    path = str(TRANSCRIPTS / "claude-code/64da7265-8f07-4967-b79f-0ae374c13330.jsonl")
+    params = {"path": path, "window": 64000, "summaryProvider": "digest", "workDoneToken": "rp"}
+    msg_id, answer = client.send_request("session/replay", params)
+    await progress_of(client, "rp", "begin")
+    assert (await client.status()).version  # the loop answers while the replay runs
+    client.cancel(msg_id)
+    with pytest.raises(RpcError) as caught:
+        await asyncio.wait_for(answer, 120)
+    assert caught.value.code == -32800

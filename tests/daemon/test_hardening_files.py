@@ -295,7 +295,9 @@ async def test_an_import_runs_in_a_worker_thread(
     release = threading.Event()
     seen: list[str] = []
 
-    def slow_import(path: str, *, new: bool = False) -> tuple[list[Any], ImportOutcome]:
+    def slow_import(
+        path: str, *, new: bool = False, stopped: Any = None
+    ) -> tuple[list[Any], ImportOutcome]:
         seen.append(threading.current_thread().name)
         assert release.wait(30), "the loop was blocked while the import ran"
         return [], ImportOutcome([], [], [])

@@ -7,9 +7,11 @@ Each test needs its own process (it ends it), so they are kept to the cases that
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
+from compactd.clients.client import CompactdClient
 
 from .convo import user
 from .wire import RawDaemon, frame
@@ -64,3 +66,19 @@ async def test_stdin_eof_exits_0_even_mid_message(daemon: RawDaemon, tmp_path: P
     assert not [m for m in daemon.received if m.get("id") == 99]
     log = (tmp_path / "data" / "sessions" / "eof.jsonl").read_bytes()
     assert log.count(b"\n") == 1, "only the session's header was ever written"
+
+
+async def test_the_python_client_fails_at_once_when_the_daemon_dies(tmp_path: Path) -> None:
+    """A call made after the daemon died, and one in flight when it dies, fail with
+    ConnectionError naming its exit code — not after the 120 s timeout with a bare
+    TimeoutError (the outer bound only stops a hang from hanging the suite)."""
+    client = await CompactdClient.spawn(data_dir=str(tmp_path / "data"))
+    assert client.timeout == 120.0
+    await client.status()
+    assert client.process is not None
+    in_flight = asyncio.ensure_future(client.list_sessions())
+    client.process.kill()
+    for call in (in_flight, client.status()):
+        with pytest.raises(ConnectionError, match=r"closed the connection \(exit code -9\)"):
+            await asyncio.wait_for(call, 20)
+    await client.close()

@@ -53,7 +53,7 @@ def test_every_format_loads_from_a_renamed_copy(tmp_path):
         (b"\n\n", "the file is empty"),
         (b'{"hello": "world"}\n', "not a transcript format compactd can import"),
         (b"[1, 2, 3]", "not a transcript format compactd can import"),
-        (b"plain text, not json\n", "not valid JSON or JSONL"),
+        (b"plain text, not json\n", "neither JSON, JSONL nor an aider chat history"),
         (b'{"trajectory": [', "not valid JSON or JSONL"),
     ],
 )
@@ -94,9 +94,39 @@ def test_a_truncated_rollout_is_named_as_such(tmp_path):
 def test_test_data_matches_its_recorded_checksums():
     readme = (TRANSCRIPTS / "README.md").read_text()
     table = re.findall(r"^([0-9a-f]{64})  (\S+)$", readme, flags=re.MULTILINE)
-    assert len(table) == 11
+    assert len(table) == 15
     files = {path.relative_to(TRANSCRIPTS).as_posix() for path in TRANSCRIPTS.rglob("*")}
     files = {name for name in files if (TRANSCRIPTS / name).is_file() and name != "README.md"}
     assert {name for _digest, name in table} == files
     for digest, name in table:
         assert hashlib.sha256((TRANSCRIPTS / name).read_bytes()).hexdigest() == digest, name
+
+
+def test_an_import_stopped_half_way_writes_no_session(tmp_path):
+    """All of a transcript's sessions are written or none: stopped while the third of three
+    is being built, not even the first two are on disk."""
+    from compactd.context.engine import Engine
+    from compactd.context.errors import Stopped
+    from compactd.context.stores import FileStore
+
+    engine = Engine(FileStore(tmp_path))
+    asked = 0
+    ops = sum(
+        len(s.ops)
+        for s in load_transcript(TRANSCRIPTS / "openhands/multi_swe_bench_output.jsonl")[:2]
+    )
+
+    def stopped() -> bool:
+        nonlocal asked
+        asked += 1
+        return asked > ops + 5  # the fifth op of the third session
+
+    with pytest.raises(Stopped):
+        engine.import_sessions(
+            str(TRANSCRIPTS / "openhands/multi_swe_bench_output.jsonl"), stopped=stopped
+        )
+    assert engine.list() == [] and not list(tmp_path.glob("*.jsonl"))
+    sessions, outcome = engine.import_sessions(
+        str(TRANSCRIPTS / "openhands/multi_swe_bench_output.jsonl")
+    )
+    assert len(sessions) == 3 and outcome.existing == []

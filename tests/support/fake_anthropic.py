@@ -35,11 +35,13 @@ import threading
 import urllib.request
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from .scripted_agent import agent_content
 
 DEFAULT_ANSWER = "Fake summary: the user asked for work; the assistant did it."
 DEFAULT_MODEL = "claude-haiku-4-5"
@@ -97,7 +99,9 @@ class Reply:
     kinds: ``text`` (a message; `content` overrides the single text block), ``error`` (an HTTP
     error envelope), ``stall`` (wait `seconds`, then behave as `then` or the default),
     ``stream_error`` (a 200 SSE stream cut by an ``event: error`` after `text` was streamed),
-    ``count`` (a count_tokens answer; `count=None` means the fake's own estimate).
+    ``count`` (a count_tokens answer; `count=None` means the fake's own estimate), ``agent``
+    (the scripted model of `scripted_agent`: `steps` Bash calls of `lines` output lines each,
+    decided from the request; usually the `default`, so it answers every request).
     """
 
     kind: str = "text"
@@ -118,6 +122,8 @@ class Reply:
     error_code: str | None = None
     headers: dict[str, str] | None = None
     seconds: float = 0.0
+    steps: int = 0
+    lines: int = 0
     then: Reply | None = None
     count: int | None = None
     original_input_tokens: int | None = None
@@ -297,6 +303,7 @@ class RecordedRequest:
     headers: dict[str, str]  # names lower-cased
     body: Any  # parsed JSON, or None when the body was empty or not JSON
     raw: bytes = field(repr=False, default=b"")
+    status: int = 200  # what the fake answered (an error's status, else 200)
 
     @property
     def endpoint(self) -> str:
@@ -338,6 +345,7 @@ class RecordedRequest:
             "query": self.query,
             "headers": self.headers,
             "body": self.body,
+            "status": self.status,
         }
 
 
@@ -712,6 +720,7 @@ class FakeAnthropic:
         self._messages_queue: deque[Reply] = deque()
         self._count_queue: deque[Reply] = deque()
         self._requests: list[RecordedRequest] = []
+        self._answered: dict[str, RecordedRequest] = {}  # request id -> its record
         self._ids = itertools.count(1)
         self._message_ids = itertools.count(1)
         self._stopping = threading.Event()
@@ -810,6 +819,7 @@ class FakeAnthropic:
             self._messages_queue.clear()
             self._count_queue.clear()
             self._requests.clear()
+            self._answered.clear()
             holds, self._holds = list(self._holds), deque()
         for gate in holds:
             gate.release()
@@ -859,6 +869,7 @@ class FakeAnthropic:
         with self._lock:
             self._requests.append(request)
         request_id = f"req_fake_{next(self._ids):06d}"
+        self._answered[request_id] = request
 
         if request.endpoint == "other" or method != "POST":
             self._send_error(
@@ -890,7 +901,12 @@ class FakeAnthropic:
             self._send_error(handler, request_id, Reply.error(400, message=problem))
             return
         if self.context_window is not None:
-            prompt_tokens = estimate_prompt_tokens(body)
+            # the window holds the prompt the model sees: context edits apply server-side
+            # "before the prompt reaches Claude" (the context-editing docs), so a request whose
+            # edits clear enough fits
+            edits = compute_applied_edits(body) if "context_management" in body else []
+            cleared = sum(int(edit.get("cleared_input_tokens", 0)) for edit in edits)
+            prompt_tokens = estimate_prompt_tokens(body) - cleared
             if prompt_tokens > self.context_window:
                 reply = Reply.prompt_too_long(prompt_tokens, self.context_window)
                 self._send_error(handler, request_id, reply)
@@ -969,6 +985,9 @@ class FakeAnthropic:
             status = STATUS_FOR_ERROR_TYPE.get(error_type, 500)
             self._send_error(handler, request_id, Reply.error(status, error_type, resolved.message))
             return
+        if resolved.kind == "agent":
+            content, stop = agent_content(body, steps=resolved.steps, lines=resolved.lines)
+            resolved = replace(resolved, content=content, stop_reason=stop)
         message = self._message(body, resolved)
         if not streaming:
             self._send_json(handler, 200, message, request_id)
@@ -1042,6 +1061,9 @@ class FakeAnthropic:
 
     def _send_error(self, handler: _Handler, request_id: str, reply: Reply) -> None:
         """The real envelope plus `request-id`; retryable statuses say "retry after 1 ms"."""
+        recorded = self._answered.get(request_id)
+        if recorded is not None:
+            recorded.status = reply.status
         error: dict[str, Any] = {"type": reply.error_type, "message": reply.message}
         if reply.error_code is not None:
             error["details"] = {"error_code": reply.error_code}

@@ -31,6 +31,7 @@ import {
   type HeadResult,
   type ImportParams,
   type ImportResult,
+  type JsonInput,
   type JsonObject,
   type ListResult,
   type MeasureResult,
@@ -124,6 +125,54 @@ export interface RecallToolResult {
   tool_use_id: string;
   content: string;
   is_error?: true;
+}
+
+/** A model's reply as the SDK returns it (`Message` of `@anthropic-ai/sdk`), or any message. */
+export interface ReplyLike {
+  type?: string;
+  role?: string;
+  content?: unknown;
+}
+
+/** The `tool_use` blocks of a model's reply: the calls the agent answers. */
+export interface ToolUseBlock {
+  type: "tool_use";
+  id: string;
+  name: string;
+  input: Record<string, unknown>;
+}
+
+const DIRECT_CALLER = "direct";
+
+/**
+ * A message to append. A model's reply (`type: "message"`, as `@anthropic-ai/sdk` returns
+ * it) becomes the assistant message it holds: its role and content only, without the
+ * `caller: { type: "direct" }` the API adds to each tool_use block (the default, which a
+ * request does not echo back). Anything else is sent as given.
+ */
+export function asMessage(message: unknown): unknown {
+  const reply = message as ReplyLike | null;
+  if (reply === null || typeof reply !== "object" || reply.type !== "message") return message;
+  const content = Array.isArray(reply.content)
+    ? reply.content.map((block: unknown) => {
+        const b = block as { type?: string; caller?: { type?: string } } | null;
+        if (b === null || typeof b !== "object" || b.type !== "tool_use" || b.caller?.type !== DIRECT_CALLER) {
+          return block;
+        }
+        const { caller: _direct, ...rest } = b;
+        return rest;
+      })
+    : reply.content;
+  return { role: reply.role ?? "assistant", content };
+}
+
+/** The `tool_use` blocks of a reply (an SDK `Message` or a message object), in call order. */
+export function toolUses(reply: ReplyLike | null | undefined): ToolUseBlock[] {
+  const content = reply?.content;
+  if (!Array.isArray(content)) return [];
+  return content.filter(
+    (block): block is ToolUseBlock => block !== null && typeof block === "object" && block.type === "tool_use",
+  );
 }
 
 /** A recalled page as the model reads it; a cut page says where to continue. */
@@ -346,9 +395,13 @@ export class CompactdClient {
     return this.request("session/get", params, token);
   }
 
-  /** Append provider-format `messages` (or raw `nodes`); `expectedHead` guards against races. */
+  /**
+   * Append provider-format `messages` (or raw `nodes`); `expectedHead` guards against races.
+   * A message may be the SDK's reply itself (`messages: [reply]`): its role and content go in.
+   */
   append(params: AppendParams, token?: CancellationToken): Promise<AppendResult> {
-    return this.request("session/append", params, token);
+    const messages = params.messages?.map((message) => asMessage(message) as JsonInput);
+    return this.request("session/append", messages ? { ...params, messages } : params, token);
   }
 
   toolResult(params: ToolResultParams, token?: CancellationToken): Promise<HeadResult> {

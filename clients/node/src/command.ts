@@ -30,7 +30,8 @@ export function resolveCommand(
   const found = findOnPath("compactd", env);
   if (found === undefined) {
     throw new Error(
-      "cannot find `compactd` on PATH: install it (pip install compactd), or pass the " +
+      "cannot find `compactd` on PATH: install it from the compactd repository (`pipx install .`, " +
+        "or `make install` and use `.venv/bin/compactd`), or pass the " +
         `\`command\` option or set $${COMMAND_ENV} (e.g. "/path/to/.venv/bin/compactd")`,
     );
   }

@@ -1,0 +1,13 @@
+"""How a recalled page reads to the model, for every client that answers `compactd_recall`
+(the Python client's helper, the proxy): a page that was cut says where to continue."""
+
+from __future__ import annotations
+
+
+def page_text(text: str, start_line: int, end_line: int, total_lines: int, truncated: bool) -> str:
+    if not truncated:
+        return text
+    return (
+        f"{text}\n[compactd: lines {start_line}–{end_line} of {total_lines}; "
+        f"call compactd_recall with startLine={end_line + 1} for more]"
+    )

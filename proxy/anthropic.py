@@ -1,0 +1,262 @@
+"""The Anthropic Messages API, read and written: what the proxy takes from a client's request and
+what it sends upstream in its place. Pure functions over the provider's JSON; the engine decides
+what the messages are.
+
+What a request keeps as the client sent it: everything but `messages` — the model, `thinking`,
+`metadata`, `output_config`, `tool_choice`, `stream`, its own `context_management` edits (merged
+with Tier 1's, `clear_thinking` first as the API requires). What compactd places: the messages,
+and every `cache_control` breakpoint (the client's are removed from what is stored and from the
+system and tools, so the request never holds more than the API's four).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import orjson
+
+from ..context.recall import TOOL_NAME as RECALL_TOOL
+
+CLEAR_THINKING = "clear_thinking_20251015"
+PER_TURN_CONTROL = "per-turn-control-2026-07-01"
+"""The beta under which a client may send `role: "system"` turns; the proxy sends none (see
+`system_turn`), so it does not ask for it."""
+SESSION_HEADER = "x-claude-code-session-id"
+_SESSION_IN_USER_ID = re.compile(r"session_([0-9a-fA-F-]{8,64})")
+
+
+class ApiError(Exception):
+    """An answer in the API's own error shape: `{"type":"error","error":{type, message}}`."""
+
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.message = message
+
+    def body(self) -> dict[str, Any]:
+        return {"type": "error", "error": {"type": self.kind, "message": self.message}}
+
+
+def invalid(message: str) -> ApiError:
+    return ApiError(400, "invalid_request_error", message)
+
+
+@attrs.frozen
+class MessagesRequest:
+    """A client's `/v1/messages` body, read: `messages` as the session stores them (no
+    `cache_control`, `system` turns as user annotations), `system` and `tools` as the render
+    takes them."""
+
+    body: dict[str, Any]
+    messages: list[dict[str, Any]]
+    model: str
+    max_tokens: int
+    system: str | list[dict[str, Any]] | None
+    tools: list[dict[str, Any]] | None
+    cache_ttl: str | None
+    stream: bool
+
+
+def strip_cache_control(value: Any) -> Any:
+    """`value` without any `cache_control` key, at any depth (the breakpoints are compactd's to
+    place; a stored copy with them would differ from the next request's copy)."""
+    if isinstance(value, dict):
+        return {k: strip_cache_control(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [strip_cache_control(v) for v in value]
+    return value
+
+
+def _ttl_of(value: Any) -> str | None:
+    """The longest TTL the client's own breakpoints ask for (compactd's keep it)."""
+    found: str | None = None
+    if isinstance(value, dict):
+        control = value.get("cache_control")
+        if isinstance(control, dict) and control.get("ttl") == "1h":
+            return "1h"
+        for v in value.values():
+            found = found or _ttl_of(v)
+    elif isinstance(value, list):
+        for v in value:
+            found = found or _ttl_of(v)
+    return found
+
+
+def system_turn(message: dict[str, Any]) -> dict[str, Any]:
+    """A mid-conversation `role: "system"` turn as a user annotation, the way Claude Code itself
+    sends it when a server refuses the role: its text inside `<system-reminder>` tags."""
+    content = message.get("content")
+    texts = (
+        [content]
+        if isinstance(content, str)
+        else [b.get("text", "") for b in content or [] if isinstance(b, dict)]
+    )
+    text = "\n".join(t for t in texts if t)
+    return {
+        "role": "user",
+        "meta": True,
+        "content": [{"type": "text", "text": f"<system-reminder>\n{text}\n</system-reminder>"}],
+    }
+
+
+def read_messages_request(body: Any) -> MessagesRequest:
+    """The parts of a Messages body the proxy needs; `ApiError` (400) naming the first field
+    that is not what the API takes."""
+    if not isinstance(body, dict):
+        raise invalid("body: Input should be a valid dictionary")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise invalid("model: Field required")
+    max_tokens = body.get("max_tokens")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0:
+        raise invalid("max_tokens: Input should be a valid integer greater than or equal to 0")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise invalid("messages: Input should be a non-empty list")
+    stored = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise invalid(f"messages.{i}: Input should be a valid dictionary")
+        if message.get("role") == "system":
+            stored.append(system_turn(message))
+        else:
+            stored.append(strip_cache_control(message))
+    system = body.get("system")
+    if system is not None and not isinstance(system, str | list):
+        raise invalid("system: Input should be a valid string or list")
+    tools = body.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise invalid("tools: Input should be a valid list")
+    return MessagesRequest(
+        body=body,
+        messages=stored,
+        model=model,
+        max_tokens=max_tokens,
+        system=strip_cache_control(system),
+        tools=strip_cache_control(tools),
+        cache_ttl=_ttl_of([system, tools, messages]),
+        stream=body.get("stream") is True,
+    )
+
+
+def session_key(headers: Mapping[str, str], body: dict[str, Any]) -> str:
+    """Which conversation a request belongs to: Claude Code's session header, else the session
+    id inside `metadata.user_id`, else a hash of the system prompt and the first message."""
+    header = headers.get(SESSION_HEADER)
+    if header:
+        return header
+    metadata = body.get("metadata")
+    user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
+    if isinstance(user_id, str) and user_id:
+        try:
+            parsed = orjson.loads(user_id)
+        except orjson.JSONDecodeError:
+            parsed = None
+        if isinstance(parsed, dict) and isinstance(parsed.get("session_id"), str):
+            return parsed["session_id"]
+        found = _SESSION_IN_USER_ID.search(user_id)
+        if found:
+            return found.group(1)
+    first = (body.get("messages") or [None])[0]
+    seed = orjson.dumps([strip_cache_control(body.get("system")), strip_cache_control(first)])
+    return "h" + hashlib.sha256(seed).hexdigest()[:31]
+
+
+def merge_context_management(client: Any, ours: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The client's edits and Tier 1's in one list, `clear_thinking` first (the API requires
+    it). Where both clear tool uses, compactd's edit is the one sent: its accounting of what
+    the model sees depends on it."""
+    client_edits = list(client.get("edits") or []) if isinstance(client, dict) else []
+    our_edits = list((ours or {}).get("edits") or [])
+    if not client_edits and not our_edits:
+        return client if isinstance(client, dict) else None
+    our_types = {e.get("type") for e in our_edits}
+    kept = [e for e in client_edits if not (isinstance(e, dict) and e.get("type") in our_types)]
+    edits = [*kept, *our_edits]
+    edits.sort(key=lambda e: not (isinstance(e, dict) and e.get("type") == CLEAR_THINKING))
+    merged = dict(client) if isinstance(client, dict) else {}
+    merged["edits"] = edits
+    return merged
+
+
+def merge_betas(client: str | None, ours: str | None) -> str | None:
+    """One `anthropic-beta` header: the client's betas, then any of compactd's it lacks, less
+    the one for system turns (none are sent)."""
+    names: list[str] = []
+    for header in (client, ours):
+        for name in (header or "").split(","):
+            name = name.strip()
+            if name and name not in names and name != PER_TURN_CONTROL:
+                names.append(name)
+    return ",".join(names) or None
+
+
+def upstream_body(
+    request: MessagesRequest, rendered: dict[str, Any], *, max_tokens: int | None = None
+) -> dict[str, Any]:
+    """The client's body with compactd's messages, system and tools (breakpoints placed as its
+    render placed them) and the merged context edits."""
+    body = dict(request.body)
+    body["messages"] = rendered["messages"]
+    if "system" in rendered:
+        body["system"] = rendered["system"]
+    else:
+        body.pop("system", None)
+    if "tools" in rendered:
+        body["tools"] = rendered["tools"]
+    merged = merge_context_management(
+        request.body.get("context_management"), rendered.get("context_management")
+    )
+    if merged is not None:
+        body["context_management"] = merged
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    return body
+
+
+def recall_calls(content: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
+    """The `compactd_recall` calls among a message's blocks, and whether it also calls a tool
+    of the client's."""
+    ours = [b for b in content if b.get("type") == "tool_use" and b.get("name") == RECALL_TOOL]
+    theirs = any(b.get("type") == "tool_use" and b.get("name") != RECALL_TOOL for b in content)
+    return ours, theirs
+
+
+def prompt_tokens(usage: Mapping[str, Any]) -> int:
+    """The whole prompt a response's usage counts (input + cache creation + cache read)."""
+    return sum(
+        int(usage.get(k) or 0)
+        for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    )
+
+
+def fit_thinking(body: dict[str, Any]) -> None:
+    """An `enabled` thinking budget must stay under `max_tokens` (the API refuses it otherwise),
+    so when the proxy lowers `max_tokens` to a capped window's reserve the budget follows; with
+    no room for the API's minimum budget (1,024) thinking is left adaptive."""
+    thinking = body.get("thinking")
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        return
+    budget = thinking.get("budget_tokens")
+    max_tokens = body.get("max_tokens", 0)
+    if isinstance(budget, int) and budget >= max_tokens:
+        if max_tokens > 1024:
+            body["thinking"] = {**thinking, "budget_tokens": max_tokens - 1}
+        else:
+            body["thinking"] = {"type": "adaptive"}
+
+
+def with_notes(messages: list[dict[str, Any]], notes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` with text blocks added at the end of the last (user) message: what a recall
+    made beside the client's own calls returned."""
+    if not messages or messages[-1].get("role") != "user":
+        return messages
+    last = messages[-1]
+    content = last.get("content")
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    return [*messages[:-1], {**last, "content": [*blocks, *notes]}]

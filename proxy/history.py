@@ -1,0 +1,178 @@
+"""Matching a client's history against what its session holds.
+
+A client that talks to a provider resends its whole conversation with every request. The proxy
+keeps that conversation in a session as nodes (the same decomposition `session/append` uses:
+`compactd.context.decompose`), so each request must be matched against them: the part the
+session holds is skipped, the new tail is appended. Both sides are compared as fingerprints of
+the same specs — a user or assistant message with its calls, or one tool result — so the
+comparison is exact without replaying anything:
+
+- the request extends a branch's thread → append the tail there;
+- it shares a prefix with a branch and then differs (the client compacted, edited or cleared
+  its history) → fork a new branch at the last node they share, and append the rest there;
+- it shares nothing (a sub-agent, or a history rewritten from its first message) → a new
+  branch with no node yet.
+
+The session's branches are all candidates, so a conversation the client runs beside another one
+(Claude Code's sub-agents share their parent's session id) stays on its own branch instead of
+forking on every request. Fingerprints of stored nodes are memoized on the node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+import orjson
+
+from ..context.decompose import ResultSpec, Spec
+from ..context.graph import Graph, Node
+
+_FP_KEY = "proxy-fingerprint"
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
+
+
+def _thread_fingerprint(kind: str, meta: bool, content: Any, calls: list[tuple[Any, ...]]) -> str:
+    return _digest(["thread", kind, meta, content, calls])
+
+
+def _result_fingerprint(tool_use_id: str, content: Any, is_error: bool) -> str:
+    return _digest(["result", tool_use_id, content, bool(is_error)])
+
+
+def spec_fingerprint(spec: Spec) -> str:
+    if isinstance(spec, ResultSpec):
+        return _result_fingerprint(spec.tool_use_id, spec.content, spec.is_error)
+    calls = [(c.index, c.tool_use_id, c.name, c.input, c.extra) for c in spec.calls]
+    return _thread_fingerprint(spec.kind, spec.meta, spec.content, calls)
+
+
+def _node_fingerprint(graph: Graph, node: Node) -> str:
+    key = (_FP_KEY, len(node.calls))
+    cached = node.cache.get(key)
+    if cached is None:
+        calls = [
+            (c.index, c.tool_use_id, c.name, c.input, c.extra)
+            for c in graph.calls_of(node)
+            if c.kind == "tool"
+        ]
+        cached = node.cache[key] = _thread_fingerprint(node.kind, node.meta, node.content, calls)
+    return cached
+
+
+def _call_fingerprint(call: Node) -> str:
+    key = (_FP_KEY, call.result_seq)
+    cached = call.cache.get(key)
+    if cached is None:
+        cached = call.cache[key] = _result_fingerprint(
+            call.tool_use_id or "", call.result, call.is_error
+        )
+    return cached
+
+
+@attrs.frozen
+class Step:
+    """One spec of a branch's thread: its fingerprint and the thread node that is the head
+    once it is in place (a result leaves the head at its call's assistant node)."""
+
+    fingerprint: str
+    head: str
+    result: bool
+
+
+def branch_steps(graph: Graph, branch: str) -> Iterator[Step]:
+    """The specs a branch holds, in the order a client's messages decompose into them: each
+    thread node, then the results of its calls (sorted, as `request_fingerprints` sorts a
+    message's results)."""
+    for node_id in graph.branch_path(branch).ids:
+        node = graph.nodes[node_id]
+        yield Step(_node_fingerprint(graph, node), node_id, False)
+        answered = [c for c in graph.calls_of(node) if c.kind == "tool" and c.answered]
+        for call in sorted(answered, key=lambda c: c.tool_use_id or ""):
+            yield Step(_call_fingerprint(call), node_id, True)
+
+
+def request_fingerprints(specs: list[Spec]) -> list[str]:
+    """The fingerprints of a request's specs, each run of results sorted by tool_use id (the
+    order a client lists one message's results in carries no meaning)."""
+    out: list[str] = []
+    run: list[ResultSpec] = []
+    for spec in [*specs, None]:
+        if isinstance(spec, ResultSpec):
+            run.append(spec)
+            continue
+        for result in sorted(run, key=lambda r: r.tool_use_id):
+            out.append(spec_fingerprint(result))
+        run = []
+        if spec is not None:
+            out.append(spec_fingerprint(spec))
+    return out
+
+
+def sorted_specs(specs: list[Spec]) -> list[Spec]:
+    """`specs` with each run of results in the order `request_fingerprints` counts them."""
+    out: list[Spec] = []
+    run: list[ResultSpec] = []
+    for spec in [*specs, None]:
+        if isinstance(spec, ResultSpec):
+            run.append(spec)
+            continue
+        out.extend(sorted(run, key=lambda r: r.tool_use_id))
+        run = []
+        if spec is not None:
+            out.append(spec)
+    return out
+
+
+@attrs.frozen
+class Match:
+    """Where a request lands: on `branch`, after its first `shared` specs. `fork_at` is set
+    when the request leaves the branch's thread: the node to fork a new branch at (None: a
+    branch with no node), the branch's own steps being `held` long."""
+
+    branch: str
+    shared: int
+    held: int
+    fork_at: str | None = None
+
+    @property
+    def extends(self) -> bool:
+        return self.shared == self.held
+
+
+def match(graph: Graph, fingerprints: list[str], prefer: str | None = None) -> Match:
+    """The branch whose thread shares the longest prefix with the request (ties: one the
+    request extends, then `prefer`, then the current branch, then by name). A fork never
+    separates a call from its result: when the first stored spec the request does not share
+    is a result, the fork goes before that call's assistant node."""
+    order = sorted(graph.branches, key=lambda b: (b != prefer, b != graph.current_branch, b))
+    best: Match | None = None
+    best_steps: list[Step] = []
+    for branch in order:
+        steps = list(branch_steps(graph, branch))
+        shared = 0
+        for step, fingerprint in zip(steps, fingerprints, strict=False):
+            if step.fingerprint != fingerprint:
+                break
+            shared += 1
+        candidate = Match(branch, shared, len(steps))
+        better = best is None or shared > best.shared
+        if not better and best is not None and shared == best.shared:
+            better = candidate.extends and not best.extends
+        if better:
+            best, best_steps = candidate, steps
+    assert best is not None  # a session always has its current branch
+    if best.extends:
+        return best
+    shared = best.shared
+    if shared < len(best_steps) and best_steps[shared].result:
+        head = best_steps[shared].head
+        while shared and best_steps[shared - 1].head == head:
+            shared -= 1
+    fork_at = best_steps[shared - 1].head if shared else None
+    return Match(best.branch, shared, best.held, fork_at)

@@ -1,0 +1,797 @@
+"""The OpenAI APIs, read and written: the Responses API (what Codex speaks) and Chat Completions.
+
+A session holds one shape of message, the Anthropic-shaped blocks `session/append` takes, so the
+adapters convert both ways: Chat Completions messages through the engine's own `from_openai`
+and its OpenAI renderer; Responses items by hand, where everything the engine has no block for
+(reasoning with its encrypted content, images, a developer message in mid-conversation) rides
+in an opaque `openai_item` block and comes back byte for byte. A function call keeps its
+arguments string unless Tier 1 shortened its input. The instructions and the leading
+developer/system messages are the prompt's fixed start: counted by the budget as the system
+prompt, sent as the client wrote them, never compacted.
+
+Tier 1 clears client-side on these sessions (the provider has no context-editing API to clear
+server-side), and a request carries no `cache_control`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from ..context.decompose import Spec, from_anthropic, from_openai
+from ..context.recall import RECALL_TOOL
+from ..context.recall import TOOL_NAME as RECALL_NAME
+from .anthropic import ApiError, invalid
+from .sse import Event, EventSplitter, encode
+
+OPENAI_PATHS = ("/v1/chat/completions", "/v1/responses")
+SESSION_CONFIG = {"microcompactMode": "time"}
+"""What a session the OpenAI APIs fill is opened with: client-side clears (no server path)."""
+OPAQUE = "openai_item"
+ASSISTANT_ITEMS = ("reasoning", "function_call", "custom_tool_call")
+OUTPUT_ITEMS = {
+    "function_call_output": "function_call",
+    "custom_tool_call_output": "custom_tool_call",
+}
+SESSION_HEADERS = ("session-id", "session_id", "conversation_id", "thread-id")
+
+
+def is_openai_path(path: str) -> bool:
+    return path.startswith(OPENAI_PATHS)
+
+
+_OPENAI_TYPES = {
+    "invalid_request_error": "invalid_request_error",
+    "not_found_error": "invalid_request_error",
+    "request_too_large": "invalid_request_error",
+    "api_error": "server_error",
+}
+
+
+def error_body(exc: ApiError) -> dict[str, Any]:
+    """OpenAI's error shape: `{"error": {message, type, param, code}}`."""
+    return {
+        "error": {
+            "message": exc.message,
+            "type": _OPENAI_TYPES.get(exc.kind, exc.kind),
+            "param": None,
+            "code": "not_found" if exc.status == 404 else None,
+        }
+    }
+
+
+def recall_function(kind: str) -> dict[str, Any]:
+    """`compactd_recall` as an OpenAI tool (`responses` or `chat`)."""
+    if kind == "chat":
+        return {
+            "type": "function",
+            "function": {
+                "name": RECALL_NAME,
+                "description": RECALL_TOOL["description"],
+                "parameters": RECALL_TOOL["input_schema"],
+            },
+        }
+    return {
+        "type": "function",
+        "name": RECALL_NAME,
+        "description": RECALL_TOOL["description"],
+        "parameters": RECALL_TOOL["input_schema"],
+        "strict": False,
+    }
+
+
+def session_key(headers: Any, body: dict[str, Any], conversation: Any) -> str:
+    """Codex's session (a header, or `prompt_cache_key`), else a hash of what starts it."""
+    for name in SESSION_HEADERS:
+        value = headers.get(name)
+        if value:
+            return str(value)
+    for key in ("prompt_cache_key", "user"):
+        if isinstance(body.get(key), str) and body[key]:
+            return body[key]
+    import hashlib
+
+    return "h" + hashlib.sha256(orjson.dumps(conversation)).hexdigest()[:31]
+
+
+def _text(parts: Any) -> str:
+    if isinstance(parts, str):
+        return parts
+    return "\n".join(
+        str(p.get("text", "")) for p in parts or [] if isinstance(p, dict) and "text" in p
+    )
+
+
+# ---- Responses: items <-> the session's messages -------------------------------------------
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, str):
+        try:
+            value = orjson.loads(raw) if raw.strip() else {}
+        except orjson.JSONDecodeError:
+            return {"arguments": raw}
+        return value if isinstance(value, dict) else {"arguments": raw}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _output_content(output: Any) -> Any:
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list):
+        return [
+            {"type": "text", "text": p.get("text", "")}
+            if isinstance(p, dict) and p.get("type") in ("input_text", "output_text")
+            else {"type": OPAQUE, "item": p}
+            for p in output
+        ]
+    return orjson.dumps(output).decode()
+
+
+def _user_blocks(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    blocks = []
+    for part in content or []:
+        if isinstance(part, dict) and part.get("type") in ("input_text", "output_text"):
+            blocks.append({"type": "text", "text": str(part.get("text", ""))})
+        else:
+            blocks.append({"type": OPAQUE, "item": part})
+    return blocks
+
+
+def split_instructions(items: list[Any]) -> tuple[list[Any], list[Any]]:
+    """The leading developer/system messages (the prompt's fixed start) and the rest."""
+    n = 0
+    while (
+        n < len(items)
+        and isinstance(items[n], dict)
+        and items[n].get("role") in ("developer", "system")
+        and items[n].get("type", "message") == "message"
+    ):
+        n += 1
+    return items[:n], items[n:]
+
+
+def items_to_messages(items: list[Any]) -> list[dict[str, Any]]:
+    """Responses input items as the session's messages (see the module docstring): the items
+    of one assistant turn (reasoning, text, calls) in one assistant message, each run of call
+    outputs in one user message of results, every other item a message of its own."""
+    messages: list[dict[str, Any]] = []
+
+    def assistant(blocks: list[dict[str, Any]]) -> None:
+        if messages and messages[-1]["role"] == "assistant":
+            messages[-1]["content"].extend(blocks)
+        else:
+            messages.append({"role": "assistant", "content": blocks})
+
+    results_open = False
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise invalid(f"input[{i}]: Input should be a valid dictionary")
+        kind = item.get("type", "message")
+        role = item.get("role")
+        is_result = kind in OUTPUT_ITEMS
+        if kind == "message" and role == "user":
+            messages.append({"role": "user", "content": _user_blocks(item.get("content"))})
+        elif kind == "message" and role == "assistant":
+            content = item.get("content")
+            parts = (
+                [{"type": "output_text", "text": content}] if isinstance(content, str) else content
+            )
+            assistant(
+                [
+                    {"type": "text", "text": str(part.get("text", ""))}
+                    if isinstance(part, dict) and part.get("type") == "output_text"
+                    else {"type": OPAQUE, "item": part}
+                    for part in parts or []
+                ]
+            )
+        elif kind == "message":  # a developer or system message in mid-conversation
+            messages.append(
+                {"role": "user", "meta": True, "content": [{"type": OPAQUE, "item": item}]}
+            )
+        elif kind in ("function_call", "custom_tool_call"):
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise invalid(f"input[{i}]: a {kind} needs a call_id")
+            raw = item.get("arguments") if kind == "function_call" else item.get("input")
+            args = _arguments(raw) if kind == "function_call" else {"input": raw}
+            extra = {k: v for k, v in item.items() if k not in ("type", "call_id", "name")}
+            assistant(
+                [
+                    {
+                        "type": "tool_use",
+                        "id": call_id,
+                        "name": str(item.get("name", "")),
+                        "input": args,
+                        "openai": {"type": kind, **extra},
+                    }
+                ]
+            )
+        elif is_result:
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise invalid(f"input[{i}]: a {kind} needs a call_id")
+            block = {
+                "type": "tool_result",
+                "tool_use_id": call_id,
+                "content": _output_content(item.get("output")),
+            }
+            if results_open:
+                messages[-1]["content"].append(block)
+            else:
+                messages.append({"role": "user", "content": [block]})
+        elif kind in ASSISTANT_ITEMS or kind.endswith("_call"):
+            assistant([{"type": OPAQUE, "item": item}])
+        else:
+            messages.append(
+                {"role": "user", "meta": True, "content": [{"type": OPAQUE, "item": item}]}
+            )
+        results_open = is_result
+    return messages
+
+
+def _call_item(block: dict[str, Any]) -> dict[str, Any]:
+    openai = dict(block.get("openai") or {"type": "function_call"})
+    kind = openai.pop("type", "function_call")
+    if kind == "custom_tool_call":
+        value = block.get("input", {}).get("input", "")
+        return {
+            "type": kind,
+            **openai,
+            "call_id": block["id"],
+            "name": block["name"],
+            "input": value if isinstance(value, str) else orjson.dumps(value).decode(),
+        }
+    raw = openai.pop("arguments", None)
+    if not (isinstance(raw, str) and _arguments(raw) == block.get("input")):
+        raw = orjson.dumps(block.get("input", {})).decode()  # Tier 1 shortened it
+    return {"type": kind, **openai, "call_id": block["id"], "name": block["name"], "arguments": raw}
+
+
+def _result_output(content: Any) -> Any:
+    if isinstance(content, str):
+        return content
+    if all(isinstance(b, dict) and b.get("type") == "text" for b in content or []):
+        return "\n".join(b.get("text", "") for b in content)
+    return [
+        {"type": "input_text", "text": b.get("text", "")}
+        if b.get("type") == "text"
+        else b.get("item", {"type": "input_text", "text": f"[{b.get('type')} omitted]"})
+        for b in content
+    ]
+
+
+def _text_item(role: str, texts: list[str]) -> dict[str, Any]:
+    if role == "assistant":
+        parts = [{"type": "output_text", "text": t, "annotations": []} for t in texts]
+    else:
+        parts = [{"type": "input_text", "text": t} for t in texts]
+    return {"type": "message", "role": role, "content": parts}
+
+
+def messages_to_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rendered messages back as Responses input items, in their order: each run of text
+    one message item, opaque items as they came, calls and their outputs as items."""
+    items: list[dict[str, Any]] = []
+    kinds: dict[str, str] = {}  # call id -> the kind of call (its output's kind follows)
+    for message in messages:
+        role = str(message.get("role"))
+        texts: list[str] = []
+        for block in message.get("content") or []:
+            kind = block.get("type")
+            if kind == "text":
+                texts.append(block.get("text", ""))
+                continue
+            if kind == "thinking" or kind == "redacted_thinking":
+                continue  # no place for them in this API
+            if texts:
+                items.append(_text_item(role, texts))
+                texts = []
+            if kind == OPAQUE:
+                item = block.get("item") or {}
+                if item.get("type") in ("input_image", "input_file", "refusal"):
+                    item = {"type": "message", "role": role, "content": [item]}
+                items.append(item)
+            elif kind == "tool_use":
+                call = _call_item(block)
+                kinds[block["id"]] = call["type"]
+                items.append(call)
+            elif kind == "tool_result":
+                use_id = block.get("tool_use_id", "")
+                items.append(
+                    {
+                        "type": f"{kinds.get(use_id, 'function_call')}_output",
+                        "call_id": use_id,
+                        "output": _result_output(block.get("content", "")),
+                    }
+                )
+            elif kind == "image":
+                source = block.get("source") or {}
+                url = f"data:{source.get('media_type')};base64,{source.get('data')}"
+                items.append(
+                    {
+                        "type": "message",
+                        "role": "user",
+                        "content": [{"type": "input_image", "image_url": url}],
+                    }
+                )
+        if texts:
+            items.append(_text_item(role, texts))
+    return items
+
+
+# ---- the handlers ------------------------------------------------------------------------
+
+
+async def responses(proxy: Any, request: web.Request) -> web.StreamResponse:
+    body = await _body(request)
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise invalid("model: a model is required")
+    raw_input = body.get("input")
+    items: list[Any] = (
+        [{"type": "message", "role": "user", "content": raw_input}]
+        if isinstance(raw_input, str)
+        else raw_input
+        if isinstance(raw_input, list)
+        else []
+    )
+    if not items:
+        raise invalid("input: Input should be a non-empty list of items or a string")
+    fixed, rest = split_instructions(items)
+    messages = items_to_messages(rest)
+    if not messages:
+        return await proxy._plain(request, body)
+    await proxy.reachable(proxy.settings.openai_upstream)
+    system = "\n\n".join(
+        t for t in [body.get("instructions") or "", *(_text(i.get("content")) for i in fixed)] if t
+    )
+    tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+    max_out = body.get("max_output_tokens")
+    placed = await proxy._place(
+        session_key(request.headers, body, items[:3]),
+        messages,
+        request,
+        model,
+        decompose=from_anthropic,
+        config=SESSION_CONFIG,
+        api="responses",
+    )
+    if placed is None:
+        return await proxy._plain(request, body)
+    params = proxy._params(
+        model,
+        max_out if isinstance(max_out, int) and max_out > 0 else 0,
+        system or None,
+        tools,
+        None,
+        placed.branch,
+        "anthropic",
+    )
+    params = _uncached(params)
+    recall = proxy.settings.recall
+
+    def build(rendered: Any) -> dict[str, Any]:
+        out = dict(body)
+        out["input"] = [*fixed, *messages_to_items(rendered.request["messages"])]
+        if recall:
+            out["tools"] = [*(tools or []), recall_function("responses")]
+        if proxy.settings.window is not None and isinstance(max_out, int) and max_out > 0:
+            out["max_output_tokens"] = min(max_out, rendered.budget.output_reserve)
+        return out
+
+    return await _exchange(
+        proxy,
+        request,
+        placed,
+        params,
+        model,
+        build,
+        ResponsesStream,
+        stream=body.get("stream") is True,
+    )
+
+
+async def chat_completions(proxy: Any, request: web.Request) -> web.StreamResponse:
+    body = await _body(request)
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise invalid("model: a model is required")
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise invalid("messages: Input should be a non-empty list")
+    n = 0
+    while (
+        n < len(raw) and isinstance(raw[n], dict) and raw[n].get("role") in ("system", "developer")
+    ):
+        n += 1
+    fixed, rest = raw[:n], [_chat_system_turn(m) for m in raw[n:]]
+    if not rest:
+        return await proxy._plain(request, body)
+    await proxy.reachable(proxy.settings.openai_upstream)
+    tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+    max_out = body.get("max_completion_tokens") or body.get("max_tokens")
+    placed = await proxy._place(
+        session_key(request.headers, body, raw[:3]),
+        rest,
+        request,
+        model,
+        decompose=_chat_specs,
+        config=SESSION_CONFIG,
+        api="chat",
+    )
+    if placed is None:
+        return await proxy._plain(request, body)
+    system = "\n\n".join(_text(m.get("content")) for m in fixed) or None
+    params = _uncached(
+        proxy._params(
+            model,
+            max_out if isinstance(max_out, int) and max_out > 0 else 0,
+            system,
+            tools,
+            None,
+            placed.branch,
+            "openai",
+        )
+    )
+    stream = body.get("stream") is True
+    recall = proxy.settings.recall and not stream  # a streamed call cannot be held back here
+
+    def build(rendered: Any) -> dict[str, Any]:
+        out = dict(body)
+        sent = [m for m in rendered.request["messages"] if m.get("role") != "system"]
+        out["messages"] = [*fixed, *sent]
+        if recall:
+            out["tools"] = [*(tools or []), recall_function("chat")]
+        if proxy.settings.window is not None and isinstance(max_out, int) and max_out > 0:
+            key = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+            out[key] = min(max_out, rendered.budget.output_reserve)
+        return out
+
+    params = _with_recall(params, recall)
+    return await _exchange(proxy, request, placed, params, model, build, ChatStream, stream=stream)
+
+
+def _chat_system_turn(message: Any) -> Any:
+    if isinstance(message, dict) and message.get("role") in ("system", "developer"):
+        text = _text(message.get("content"))
+        return {"role": "user", "content": f"<system-reminder>\n{text}\n</system-reminder>"}
+    return message
+
+
+def _chat_specs(messages: Any) -> list[Spec]:
+    return from_openai(messages)
+
+
+def _uncached(params: Any) -> Any:
+    import attrs
+
+    return attrs.evolve(params, spec=attrs.evolve(params.spec, cache=False))
+
+
+def _with_recall(params: Any, recall: bool) -> Any:
+    import attrs
+
+    return attrs.evolve(params, spec=attrs.evolve(params.spec, recall=recall))
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise invalid("We could not parse the JSON body of your request.") from None
+    if not isinstance(body, dict):
+        raise invalid("The body of your request must be a JSON object.")
+    return body
+
+
+async def _exchange(
+    proxy: Any,
+    request: web.Request,
+    placed: Any,
+    params: Any,
+    model: str,
+    build: Callable[[Any], dict[str, Any]],
+    stream_kind: type[StreamRelay],
+    *,
+    stream: bool,
+) -> web.StreamResponse:
+    """Render, send, retry once after Tier 5, relay; the usage goes to the session."""
+    rendered = await proxy._render(placed, params)
+    base = proxy.settings.openai_upstream
+    for attempt in (0, 1):
+        outgoing = build(rendered)
+        async with proxy._send("POST", base, request, outgoing, {}) as upstream:
+            if upstream.status != 200:
+                data = await upstream.read()
+                overflow = overflow_of(upstream.status, data)
+                if overflow is not None and attempt == 0:
+                    proxy.counts["overflow_retries"] += 1
+                    rendered = await proxy._render(placed, params, overflow=overflow)
+                    continue
+                proxy.counts["upstream_errors"] += 1
+                return web.Response(status=upstream.status, body=data, headers=_headers(upstream))
+            relay = stream_kind(recall=params.spec.recall is True)
+            if stream:
+                response = web.StreamResponse(status=200, headers=_headers(upstream))
+                await response.prepare(request)
+                await relay.pump(upstream, response)
+                body = outgoing
+                for _ in range(3):
+                    calls = relay.follow_up_calls()
+                    if not calls:
+                        break
+                    body = relay.follow_up(body, proxy._answers(placed, calls))
+                    relay.continue_with_next_stream()
+                    async with proxy._send("POST", base, request, body, {}) as follow:
+                        if follow.status != 200:
+                            break
+                        await relay.pump(follow, response)
+                await relay.finish(response)
+                await response.write_eof()
+            else:
+                message = orjson.loads(await upstream.read())
+                body = outgoing
+                relay.take(message)
+                for _ in range(3):
+                    calls = relay.follow_up_calls()
+                    if not calls:
+                        break
+                    body = relay.follow_up(body, proxy._answers(placed, calls))
+                    async with proxy._send("POST", base, request, body, {}) as follow:
+                        if follow.status != 200:
+                            break
+                        relay.take(orjson.loads(await follow.read()))
+                response = web.json_response(
+                    relay.answer(),
+                    dumps=lambda v: orjson.dumps(v).decode(),
+                    headers={
+                        k: v for k, v in _headers(upstream).items() if k.lower() != "content-type"
+                    },
+                )
+            await proxy.report(placed, model, rendered, relay.usage, None)
+            return response
+    raise AssertionError("unreachable")
+
+
+def _headers(upstream: aiohttp.ClientResponse) -> dict[str, str]:
+    from .server import _response_headers
+
+    return _response_headers(upstream)
+
+
+def overflow_of(status: int, data: bytes) -> Any:
+    """A context-length refusal from an OpenAI API, as the engine's `Overflow`."""
+    from ..context.tiers.reactive import parse_overflow
+
+    try:
+        error = (orjson.loads(data) or {}).get("error") or {}
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    if not isinstance(error, dict):
+        return None
+    message = str(error.get("message") or "")
+    if error.get("code") == "context_length_exceeded" and "context" not in message.lower():
+        message = f"{message} (context_length_exceeded)"
+    return parse_overflow(status, message)
+
+
+# ---- relaying answers ------------------------------------------------------------------------
+
+
+class StreamRelay:
+    """What every OpenAI relay does; the two APIs fill in their shapes."""
+
+    def __init__(self, *, recall: bool) -> None:
+        self.recall = recall
+        self.usage: dict[str, Any] | None = None
+        self.continuing = False
+
+    async def pump(self, upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> None:
+        splitter = EventSplitter()
+        try:
+            async for chunk in upstream.content.iter_any():
+                for event in splitter.feed(chunk):
+                    out = self.event(event)
+                    if out:
+                        await response.write(out)
+        except (aiohttp.ClientError, TimeoutError):
+            pass
+        rest = splitter.rest()
+        if rest:
+            await response.write(rest)
+
+    def event(self, event: Event) -> bytes | None:
+        raise NotImplementedError
+
+    def follow_up_calls(self) -> list[dict[str, Any]]:
+        return []
+
+    def continue_with_next_stream(self) -> None:
+        self.continuing = True
+
+    async def finish(self, response: web.StreamResponse) -> None:
+        return None
+
+
+class ResponsesStream(StreamRelay):
+    """A Responses answer: `compactd_recall` calls are held back, and when a response makes
+    no other call the next response continues it — one `response.completed` for the client,
+    its `output` the items the client saw, the events numbered on."""
+
+    def __init__(self, *, recall: bool) -> None:
+        super().__init__(recall=recall)
+        self.output: list[dict[str, Any]] = []  # this round's items, as the upstream sent them
+        self.visible: list[dict[str, Any]] = []  # every item the client saw
+        self._index: dict[int, int | None] = {}
+        self._next = 0
+        self._sequence = 0
+        self._completed: dict[str, Any] | None = None
+        self._held_end: Event | None = None
+
+    def _renumbered(self, event: Event, data: dict[str, Any]) -> bytes:
+        data = dict(data)
+        if "sequence_number" in data:
+            data["sequence_number"] = self._sequence
+        self._sequence += 1
+        return encode(event.name, data)
+
+    def event(self, event: Event) -> bytes | None:
+        data = event.data
+        if not isinstance(data, dict):
+            return event.raw
+        kind = data.get("type", "")
+        if kind in ("response.created", "response.in_progress", "response.queued"):
+            return None if self.continuing else self._renumbered(event, data)
+        if "output_index" in data:
+            index = data["output_index"]
+            if kind == "response.output_item.added":
+                item = data.get("item") or {}
+                held = self.recall and item.get("name") == RECALL_NAME
+                self._index[index] = None if held else self._next
+                if not held:
+                    self._next += 1
+            if kind == "response.output_item.done":
+                item = data.get("item") or {}
+                self.output.append(item)
+                if self._index.get(index) is not None:
+                    self.visible.append(item)
+            target = self._index.get(index, index)
+            if target is None:
+                return None
+            return self._renumbered(event, {**data, "output_index": target})
+        if kind in ("response.completed", "response.incomplete", "response.failed"):
+            response = dict(data.get("response") or {})
+            self.usage = _responses_usage(response.get("usage"))
+            self._completed = response
+            if not self.output:  # the stream carried no item events: take the final output
+                self.output = list(response.get("output") or [])
+                self.visible = [i for i in self.output if i.get("name") != RECALL_NAME]
+            if kind == "response.completed" and self.follow_up_calls():
+                self._held_end = event
+                return None
+            response["output"] = self.visible if self.recall else response.get("output")
+            return self._renumbered(event, {**data, "response": response})
+        return self._renumbered(event, data) if "sequence_number" in data else event.raw
+
+    def follow_up_calls(self) -> list[dict[str, Any]]:
+        calls = [i for i in self.output if i.get("type") in ("function_call", "custom_tool_call")]
+        if not self.recall or not calls or any(c.get("name") != RECALL_NAME for c in calls):
+            return []
+        return [
+            {
+                "type": "tool_use",
+                "id": c.get("call_id"),
+                "name": RECALL_NAME,
+                "input": _arguments(c.get("arguments")),
+            }
+            for c in calls
+        ]
+
+    def follow_up(self, body: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
+        outputs = [
+            {"type": "function_call_output", "call_id": r["tool_use_id"], "output": r["content"]}
+            for r in results
+        ]
+        return {**body, "input": [*body["input"], *self.output, *outputs]}
+
+    def continue_with_next_stream(self) -> None:
+        super().continue_with_next_stream()
+        self.output = []
+        self._index = {}
+        self._held_end = None
+
+    def take(self, message: dict[str, Any]) -> None:
+        self.output = list(message.get("output") or [])
+        self.visible.extend(
+            i for i in self.output if not (self.recall and i.get("name") == RECALL_NAME)
+        )
+        self.usage = _responses_usage(message.get("usage"))
+        self._completed = message
+
+    def answer(self) -> dict[str, Any]:
+        return {**(self._completed or {}), "output": self.visible}
+
+
+def _responses_usage(usage: Any) -> dict[str, Any] | None:
+    if not isinstance(usage, dict) or not isinstance(usage.get("input_tokens"), int):
+        return None
+    return {"input_tokens": usage["input_tokens"]}
+
+
+class ChatStream(StreamRelay):
+    """A Chat Completions answer: streamed chunks pass through as they come (the recall tool is
+    not offered on a stream); a whole answer that calls only `compactd_recall` is followed up."""
+
+    def __init__(self, *, recall: bool) -> None:
+        super().__init__(recall=recall)
+        self._message: dict[str, Any] | None = None
+        self._answer: dict[str, Any] | None = None
+
+    def event(self, event: Event) -> bytes | None:
+        data = event.data
+        if isinstance(data, dict) and isinstance(data.get("usage"), dict):
+            self.usage = _chat_usage(data["usage"])
+        return event.raw
+
+    def take(self, answer: dict[str, Any]) -> None:
+        choices = answer.get("choices") or [{}]
+        message = dict((choices[0] or {}).get("message") or {})
+        if self._answer is None:
+            self.usage = _chat_usage(answer.get("usage"))
+        self._message = message
+        self._answer = answer
+
+    def follow_up_calls(self) -> list[dict[str, Any]]:
+        calls = (self._message or {}).get("tool_calls") or []
+        if not self.recall or not calls:
+            return []
+        if any((c.get("function") or {}).get("name") != RECALL_NAME for c in calls):
+            return []
+        return [
+            {
+                "type": "tool_use",
+                "id": c.get("id"),
+                "name": RECALL_NAME,
+                "input": _arguments((c.get("function") or {}).get("arguments")),
+            }
+            for c in calls
+        ]
+
+    def follow_up(self, body: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
+        tool_messages = [
+            {"role": "tool", "tool_call_id": r["tool_use_id"], "content": r["content"]}
+            for r in results
+        ]
+        return {**body, "messages": [*body["messages"], self._message, *tool_messages]}
+
+    def answer(self) -> dict[str, Any]:
+        answer = dict(self._answer or {})
+        if self.recall and self._message is not None:
+            message = dict(self._message)
+            calls = [
+                c
+                for c in message.get("tool_calls") or []
+                if (c.get("function") or {}).get("name") != RECALL_NAME
+            ]
+            if calls:
+                message["tool_calls"] = calls
+            else:
+                message.pop("tool_calls", None)
+            choices = list(answer.get("choices") or [{}])
+            choices[0] = {**(choices[0] or {}), "message": message}
+            answer["choices"] = choices
+        return answer
+
+
+def _chat_usage(usage: Any) -> dict[str, Any] | None:
+    if not isinstance(usage, dict) or not isinstance(usage.get("prompt_tokens"), int):
+        return None
+    return {"input_tokens": usage["prompt_tokens"]}

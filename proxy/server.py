@@ -1,0 +1,782 @@
+"""`compactd proxy`: an HTTP server between an agent and its provider, on the same engine, store
+and services as the daemon.
+
+Each handler is thin: read the provider's JSON (`anthropic`, `openai`), put the request's history
+into its session (`history`), render it with the cascade, send the client's own body upstream
+with compactd's messages in place of its own, and relay the answer as it arrives (`relay`).
+What the context holds is the engine's decision; the proxy only speaks the providers' wire.
+A prompt-too-long answer runs Tier 5 and retries once before the client sees anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiohttp
+import attrs
+import orjson
+from aiohttp import web
+from yarl import URL
+
+from ..context.budget import make_budget, model_spec
+from ..context.decompose import Spec, from_anthropic
+from ..context.engine import RenderParams
+from ..context.errors import CompactdError, InvalidContent, InvalidGraph, InvalidPairing
+from ..context.render.request import Rendered, RequestSpec
+from ..context.session import Session
+from ..context.stores.interface import SESSION_ID_RE
+from ..context.tiers.reactive import parse_overflow
+from ..context.visibility import ViewOptions
+from ..service.app import App
+from ..service.compaction import render_with_cascade
+from . import anthropic as api
+from . import openai as oai
+from .history import match, request_fingerprints, sorted_specs
+from .recall import answer, as_note
+from .relay import Relay, visible_content
+from .sse import EventSplitter
+from .summarizer import AUTH_HEADERS, RELAYED_HEADERS, Credentials
+
+log = logging.getLogger("compactd.proxy")
+
+HOP_BY_HOP = frozenset(
+    {
+        "host",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-authorization",
+        "proxy-connection",
+        "accept-encoding",
+        "content-encoding",
+    }
+)
+MAX_FOLLOW_UPS = 3
+"""Recall rounds one client request may take (the model asking again and again is a loop)."""
+FRESH_SECONDS = 30.0
+"""An upstream that answered this recently is not probed before a request is kept."""
+
+
+@attrs.frozen
+class ProxySettings:
+    host: str = "127.0.0.1"
+    port: int = 8788
+    anthropic_upstream: str = "https://api.anthropic.com"
+    openai_upstream: str = "https://api.openai.com"
+    window: int | None = None  # caps every request's window
+    recall: bool = True  # the proxy offers and answers `compactd_recall`
+    upstream_timeout_seconds: float = 600.0
+
+
+@attrs.frozen
+class Placed:
+    """Where a request's history went: the session, its branch."""
+
+    session_id: str
+    branch: str
+
+
+class Proxy:
+    """The proxy's handlers over one `App`."""
+
+    def __init__(self, app: App, settings: ProxySettings) -> None:
+        self.app = app
+        self.engine = app.engine
+        self.settings = settings
+        self.credentials: dict[str, Credentials] = {}
+        self._branch: dict[str, str] = {}  # session -> the branch its latest request used
+        self._recalled: dict[tuple[str, str], list[dict[str, Any]]] = {}  # notes to add
+        self._http: aiohttp.ClientSession | None = None
+        self._answered_at: dict[str, float] = {}  # upstream -> when it last answered
+        self.counts = {"requests": 0, "upstream_errors": 0, "overflow_retries": 0}
+
+    # ---- the application ------------------------------------------------------------------
+
+    def application(self) -> web.Application:
+        web_app = web.Application(
+            client_max_size=self.engine.limits.max_request_bytes,
+            middlewares=[self._errors],
+        )
+        web_app.router.add_post("/v1/messages", self.messages)
+        web_app.router.add_post("/v1/messages/count_tokens", self.count_tokens)
+        web_app.router.add_post("/v1/chat/completions", self.chat_completions)
+        web_app.router.add_post("/v1/responses", self.responses)
+        web_app.router.add_get("/v1/models", self.models)
+        web_app.router.add_get("/v1/models/{model}", self.models)
+        web_app.router.add_route("*", "/{tail:.*}", self.unknown)
+        web_app.on_cleanup.append(self._close)
+        return web_app
+
+    async def _close(self, _app: web.Application) -> None:
+        if self._http is not None:
+            await self._http.close()
+
+    @property
+    def http(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            timeout = aiohttp.ClientTimeout(
+                total=None, sock_connect=30, sock_read=self.settings.upstream_timeout_seconds
+            )
+            self._http = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
+        return self._http
+
+    @web.middleware
+    async def _errors(
+        self, request: web.Request, handler: Callable[[web.Request], Any]
+    ) -> web.StreamResponse:
+        """Every refusal in the API's own error shape: the Anthropic one, or OpenAI's on its
+        paths. Nothing of the request (its keys above all) is in the message."""
+        openai_path = oai.is_openai_path(request.path)
+        try:
+            return await handler(request)
+        except api.ApiError as exc:
+            return error_response(exc, openai_path)
+        except web.HTTPRequestEntityTooLarge:
+            return error_response(
+                api.ApiError(413, "request_too_large", "the request body is too large"),
+                openai_path,
+            )
+        except CompactdError as exc:
+            log.warning("refused a request: %s", exc)
+            return error_response(api.invalid(str(exc)), openai_path)
+        except (ConnectionResetError, asyncio.CancelledError):
+            raise
+        except Exception:
+            log.exception("the proxy failed on %s %s", request.method, request.path)
+            return error_response(
+                api.ApiError(500, "api_error", "internal error in compactd's proxy"),
+                openai_path,
+            )
+
+    # ---- routes ---------------------------------------------------------------------------
+
+    async def unknown(self, request: web.Request) -> web.StreamResponse:
+        raise api.ApiError(
+            404, "not_found_error", f"compactd's proxy has no endpoint {request.path}"
+        )
+
+    async def models(self, request: web.Request) -> web.StreamResponse:
+        """The model list, straight from the upstream the path belongs to."""
+        base = self.settings.anthropic_upstream
+        if "authorization" in request.headers and "x-api-key" not in request.headers:
+            base = self.settings.openai_upstream
+        async with self._send("GET", base, request, None, {}) as upstream:
+            data = await upstream.read()
+            return web.Response(
+                status=upstream.status, body=data, headers=_response_headers(upstream)
+            )
+
+    async def messages(self, request: web.Request) -> web.StreamResponse:
+        body = await _json_body(request)
+        req = api.read_messages_request(body)
+        self.counts["requests"] += 1
+        await self.reachable(self.settings.anthropic_upstream)
+        placed = await self._place(
+            api.session_key(request.headers, body), req.messages, request, req.model
+        )
+        if placed is None:  # the history could not be kept: send it on as the client wrote it
+            return await self._plain(request, body)
+        params = self._params(
+            req.model,
+            req.max_tokens,
+            req.system,
+            req.tools,
+            req.cache_ttl,
+            placed.branch,
+            "anthropic",
+        )
+        rendered = await self._render(placed, params)
+        for attempt in (0, 1):
+            outgoing = self._anthropic_body(req, rendered, placed)
+            headers = {
+                "anthropic-beta": api.merge_betas(
+                    request.headers.get("anthropic-beta"), rendered.headers.get("anthropic-beta")
+                )
+            }
+            upstream_cm = self._send(
+                "POST", self.settings.anthropic_upstream, request, outgoing, headers
+            )
+            upstream = await upstream_cm.__aenter__()
+            try:
+                if upstream.status != 200:
+                    data = await upstream.read()
+                    overflow = _overflow(upstream.status, data)
+                    if overflow is not None and attempt == 0:
+                        self.counts["overflow_retries"] += 1
+                        log.info(
+                            "session %s: the upstream said the prompt is too long; Tier 5, "
+                            "then one retry",
+                            placed.session_id,
+                        )
+                        rendered = await self._render(placed, params, overflow=overflow)
+                        continue
+                    self.counts["upstream_errors"] += 1
+                    return web.Response(
+                        status=upstream.status, body=data, headers=_response_headers(upstream)
+                    )
+                if req.stream:
+                    return await self._stream_anthropic(
+                        request, upstream, req, rendered, placed, outgoing, headers
+                    )
+                return await self._json_anthropic(
+                    request, upstream, req, rendered, placed, outgoing, headers
+                )
+            finally:
+                await upstream_cm.__aexit__(None, None, None)
+        raise AssertionError("unreachable")
+
+    async def count_tokens(self, request: web.Request) -> web.StreamResponse:
+        """The upstream's count of what compactd would send next: the session's branch as it
+        renders now, plus the request's messages the session does not hold yet. Nothing is
+        written; a history the session does not know is counted as the client sent it."""
+        body = await _json_body(request)
+        if not isinstance(body, dict):
+            raise api.invalid("body: Input should be a valid dictionary")
+        outgoing = body
+        key = api.session_key(request.headers, body)
+        sid = _session_id(key)
+        messages = body.get("messages")
+        if isinstance(messages, list) and messages and self.engine.library.exists(sid):
+            outgoing = await self._counted_body(sid, body) or body
+        async with self._send(
+            "POST", self.settings.anthropic_upstream, request, outgoing, {}
+        ) as upstream:
+            data = await upstream.read()
+            return web.Response(
+                status=upstream.status, body=data, headers=_response_headers(upstream)
+            )
+
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
+        return await oai.chat_completions(self, request)
+
+    async def responses(self, request: web.Request) -> web.StreamResponse:
+        return await oai.responses(self, request)
+
+    async def reachable(self, base: str) -> None:
+        """Refuse (502) before anything is kept when the upstream cannot be reached: a request
+        that goes nowhere must leave its session as it was. An upstream that answered in the
+        last `FRESH_SECONDS` is taken as up; otherwise one TCP connect tells."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._answered_at.get(base, -FRESH_SECONDS) < FRESH_SECONDS:
+            return
+        url = URL(base)
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            _reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(url.host, port), timeout=10
+            )
+        except (OSError, TimeoutError) as exc:
+            reason = getattr(exc, "strerror", None) or type(exc).__name__
+            raise api.ApiError(
+                502,
+                "api_error",
+                f"compactd's proxy could not reach the upstream at {base}: {reason}",
+            ) from None
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+    def answered(self, base: str) -> None:
+        self._answered_at[base] = asyncio.get_running_loop().time()
+
+    # ---- sessions ---------------------------------------------------------------------------
+
+    async def _place(
+        self,
+        key: str,
+        messages: list[dict[str, Any]],
+        request: web.Request,
+        model: str,
+        *,
+        decompose: Callable[[Any], list[Spec]] = from_anthropic,
+        config: dict[str, Any] | None = None,
+        api: str = "anthropic",
+    ) -> Placed | None:
+        """Put the request's history into its session: the new tail appended to the branch it
+        extends, or to a branch forked where the client's history leaves the session's."""
+        sid = _session_id(key)
+        try:
+            specs = sorted_specs(decompose(messages))
+        except InvalidContent as exc:
+            raise api.invalid(str(exc)) from None
+        upstream = (
+            self.settings.anthropic_upstream
+            if api == "anthropic"
+            else self.settings.openai_upstream
+        )
+        self.credentials[sid] = Credentials(_relayed(request.headers), model, api, upstream)
+        async with self.app.registry.lock(sid):
+            # the session's work off the loop, in its turn: other sessions go on meanwhile
+            branch = await self.app.work.run(sid, lambda: self._keep(sid, specs, config, request))
+        if branch is None:
+            return None
+        return Placed(sid, branch)
+
+    def _keep(
+        self,
+        sid: str,
+        specs: list[Spec],
+        config: dict[str, Any] | None,
+        request: web.Request,
+    ) -> str | None:
+        """`_place`'s work, in the session's turn: the branch the tail went to, or None when
+        the client's history cannot be kept."""
+        if not self.engine.library.exists(sid) and sid not in self.engine.sessions:
+            self.engine.open(sid, config, {"source": "proxy", "client": _agent(request)})
+        session = self.app.session(sid)
+        found = match(session.graph, request_fingerprints(specs), self._branch.get(sid))
+        branch = found.branch
+        try:
+            if not found.extends:
+                branch = _fork_name(session.graph.branches)
+                session.create_branch(branch, found.fork_at, empty=found.fork_at is None)
+                log.info(
+                    "session %s: the client's history leaves branch %s after %d of its %d "
+                    "parts (it compacted, edited or cleared it); forked branch %s there",
+                    sid,
+                    found.branch,
+                    found.shared,
+                    found.held,
+                    branch,
+                )
+            tail = specs[found.shared :]
+            if tail:
+                session.append(tail, branch=branch)
+        except (InvalidPairing, InvalidGraph) as exc:
+            log.warning(
+                "session %s: the client's history cannot be kept (%s); this request goes "
+                "upstream as the client sent it",
+                sid,
+                exc,
+            )
+            return None
+        self._branch[sid] = branch
+        self.app.touch(session)
+        return branch
+
+    def _params(
+        self,
+        model: str,
+        max_tokens: int,
+        system: Any,
+        tools: list[dict[str, Any]] | None,
+        cache_ttl: str | None,
+        branch: str,
+        format: str,
+    ) -> RenderParams:
+        window = self.window_for(model)
+        default_reserve = make_budget(model, window).output_reserve
+        reserve = min(max_tokens, default_reserve) if max_tokens > 0 else default_reserve
+        spec = RequestSpec(
+            model=model,
+            window=window,
+            max_output_tokens=reserve,
+            system=system,
+            tools=tools,
+            format=format,
+            cache=format == "anthropic",
+            cache_ttl=cache_ttl,
+            recall=self.settings.recall,
+        )
+        return RenderParams(view=ViewOptions(branch=branch), spec=spec)
+
+    def window_for(self, model: str) -> int | None:
+        """`--window` caps the model's own window; without it the model table decides."""
+        cap = self.settings.window
+        return None if cap is None else min(cap, model_spec(model).window)
+
+    async def _render(
+        self, placed: Placed, params: RenderParams, *, overflow: Any = None
+    ) -> Rendered:
+        self.app.last_params[placed.session_id] = params
+        reported = overflow or self.engine.take_overflow(placed.session_id)
+        rendered, _events = await render_with_cascade(  # each applied one is logged
+            self.app, placed.session_id, params, None, reported, None
+        )
+        return rendered
+
+    async def report(
+        self,
+        placed: Placed,
+        model: str,
+        rendered: Rendered,
+        usage: dict[str, Any] | None,
+        applied_edits: list[dict[str, Any]] | None,
+    ) -> None:
+        """The provider's count of the request compactd rendered (calibration for the next)."""
+        if not usage:
+            return
+        clean = {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+        async with self.app.registry.lock(placed.session_id):
+            try:
+                await self.app.work.run(
+                    placed.session_id,
+                    lambda: self.engine.record_usage(
+                        placed.session_id,
+                        model,
+                        clean,
+                        estimated=rendered.estimate,
+                        sent=rendered.sent_estimate,
+                        applied_edits=applied_edits or None,
+                    ),
+                )
+            except CompactdError as exc:
+                log.warning("session %s: usage not recorded: %s", placed.session_id, exc)
+
+    # ---- Anthropic requests ---------------------------------------------------------------
+
+    def _anthropic_body(
+        self, req: api.MessagesRequest, rendered: Rendered, placed: Placed
+    ) -> dict[str, Any]:
+        capped = self.settings.window is not None
+        limit = rendered.budget.output_reserve if capped else None
+        body = api.upstream_body(
+            req, rendered.request, max_tokens=limit and min(req.max_tokens, limit)
+        )
+        if capped:
+            api.fit_thinking(body)
+        notes = self._recalled.pop((placed.session_id, placed.branch), None)
+        if notes:
+            body["messages"] = api.with_notes(body["messages"], notes)
+        return body
+
+    async def _stream_anthropic(
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        req: api.MessagesRequest,
+        rendered: Rendered,
+        placed: Placed,
+        outgoing: dict[str, Any],
+        headers: dict[str, str | None],
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(status=200, headers=_response_headers(upstream))
+        await response.prepare(request)
+        relay = Relay(recall=self.settings.recall)
+        await _relay_stream(upstream, relay, response)
+        body = outgoing
+        for _ in range(MAX_FOLLOW_UPS):
+            calls = relay.follow_up_calls()
+            if not calls:
+                break
+            body = self._follow_up(body, relay.assembly.content, placed, calls)
+            relay.continue_with_next_stream()
+            async with self._send(
+                "POST", self.settings.anthropic_upstream, request, body, headers
+            ) as follow:
+                if follow.status != 200:
+                    log.warning(
+                        "session %s: a recall follow-up failed upstream (%d)",
+                        placed.session_id,
+                        follow.status,
+                    )
+                    break
+                await _relay_stream(follow, relay, response)
+        self._keep_mixed(placed, relay)
+        await response.write_eof()
+        first = relay.reported
+        applied = (first.context_management or {}).get("applied_edits")
+        await self.report(placed, req.model, rendered, first.usage, applied)
+        return response
+
+    async def _json_anthropic(
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        req: api.MessagesRequest,
+        rendered: Rendered,
+        placed: Placed,
+        outgoing: dict[str, Any],
+        headers: dict[str, str | None],
+    ) -> web.StreamResponse:
+        data = await upstream.read()
+        try:
+            message = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return web.Response(status=200, body=data, headers=_response_headers(upstream))
+        first = message
+        content = list(message.get("content") or [])
+        body = outgoing
+        for _ in range(MAX_FOLLOW_UPS):
+            relay = Relay(recall=self.settings.recall)
+            relay.assembly.blocks = dict(enumerate(message.get("content") or []))
+            calls = relay.follow_up_calls()
+            if not calls:
+                break
+            body = self._follow_up(body, message.get("content") or [], placed, calls)
+            async with self._send(
+                "POST", self.settings.anthropic_upstream, request, body, headers
+            ) as follow:
+                if follow.status != 200:
+                    break
+                message = orjson.loads(await follow.read())
+                content = [*content, *(message.get("content") or [])]
+        relay = Relay(recall=self.settings.recall)
+        relay.assembly.blocks = dict(enumerate(content))
+        self._keep_mixed(placed, relay)
+        answer_body = {**message, "content": visible_content(content, self.settings.recall)}
+        applied = (first.get("context_management") or {}).get("applied_edits")
+        await self.report(placed, req.model, rendered, first.get("usage"), applied)
+        return web.json_response(
+            answer_body, status=200, dumps=_dumps, headers=_response_headers(upstream, json=True)
+        )
+
+    def _follow_up(
+        self,
+        body: dict[str, Any],
+        content: list[dict[str, Any]],
+        placed: Placed,
+        calls: list[dict[str, Any]],
+    ) -> dict[str, Any]:
+        """The request that answers the model's recall calls: the one just sent, its answer,
+        and the results (neither reaches the client nor the session)."""
+        results = [answer(self.engine, placed.session_id, placed.branch, c) for c in calls]
+        log.info(
+            "session %s: answered %d compactd_recall call(s) inside the proxy",
+            placed.session_id,
+            len(calls),
+        )
+        messages = [
+            *body["messages"],
+            {"role": "assistant", "content": content},
+            {"role": "user", "content": results},
+        ]
+        return {**body, "messages": messages}
+
+    def _answers(self, placed: Placed, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        log.info(
+            "session %s: answered %d compactd_recall call(s) inside the proxy",
+            placed.session_id,
+            len(calls),
+        )
+        return [answer(self.engine, placed.session_id, placed.branch, c) for c in calls]
+
+    def _keep_mixed(self, placed: Placed, relay: Relay) -> None:
+        calls = relay.mixed_recall_calls()
+        if calls:
+            notes = [
+                as_note(c, answer(self.engine, placed.session_id, placed.branch, c)) for c in calls
+            ]
+            self._recalled[(placed.session_id, placed.branch)] = notes
+
+    async def _counted_body(self, sid: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        try:
+            req = api.read_messages_request({**body, "max_tokens": body.get("max_tokens", 1)})
+            specs = sorted_specs(from_anthropic(req.messages))
+        except (api.ApiError, InvalidContent):
+            return None
+
+        def render(session: Session) -> tuple[Rendered, int] | None:
+            found = match(session.graph, request_fingerprints(specs), self._branch.get(sid))
+            if not found.extends:
+                return None
+            params = self._params(
+                req.model, 1, req.system, req.tools, req.cache_ttl, found.branch, "anthropic"
+            )
+            return self.engine.render(sid, params, remember=False), found.shared
+
+        got = await self.app.run(sid, render)  # off the loop, in the session's turn
+        if got is None:
+            return None
+        rendered, shared = got
+        tail = req.messages[_message_count(req.messages, specs, shared) :]
+        counted = {**body, "messages": [*rendered.request["messages"], *tail]}
+        if "system" in rendered.request:
+            counted["system"] = rendered.request["system"]
+        return api.strip_cache_control(counted)
+
+    # ---- upstream ---------------------------------------------------------------------------
+
+    def _send(
+        self,
+        method: str,
+        base: str,
+        request: web.Request,
+        body: Any,
+        override: dict[str, str | None],
+    ) -> Any:
+        """One upstream request: the client's headers (its credentials among them, and only
+        ever sent here) with `override` applied, the body as JSON."""
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        for name, value in override.items():
+            headers = {k: v for k, v in headers.items() if k.lower() != name}
+            if value is not None:
+                headers[name] = value
+        headers["accept-encoding"] = "identity"  # relayed byte for byte, never re-encoded
+        url = base.rstrip("/") + request.path_qs
+        data = None
+        if body is not None:
+            headers["content-type"] = "application/json"
+            data = orjson.dumps(body)
+        return _Upstream(self.http, method, url, headers, data, lambda: self.answered(base))
+
+    async def _plain(self, request: web.Request, body: Any) -> web.StreamResponse:
+        """A request the proxy could not manage, sent on unchanged and relayed as it comes."""
+        base = (
+            self.settings.openai_upstream
+            if oai.is_openai_path(request.path)
+            else self.settings.anthropic_upstream
+        )
+        async with self._send("POST", base, request, body, {}) as upstream:
+            response = web.StreamResponse(
+                status=upstream.status, headers=_response_headers(upstream)
+            )
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+
+
+class _Upstream:
+    """`async with` one upstream request; a refused connection is the API's 502, never a
+    traceback, and never names the request's headers."""
+
+    def __init__(
+        self,
+        http: aiohttp.ClientSession,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        data: bytes | None,
+        on_answer: Callable[[], None],
+    ) -> None:
+        self._cm = http.request(method, url, headers=headers, data=data)
+        self._url = url.split("?", 1)[0]
+        self._on_answer = on_answer
+
+    async def __aenter__(self) -> aiohttp.ClientResponse:
+        try:
+            response = await self._cm.__aenter__()
+            self._on_answer()
+            return response
+        except aiohttp.ClientConnectorError as exc:
+            raise api.ApiError(
+                502,
+                "api_error",
+                f"compactd's proxy could not reach the upstream at {self._url}: "
+                f"{exc.os_error.strerror or exc.os_error}",
+            ) from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise api.ApiError(
+                502,
+                "api_error",
+                f"compactd's proxy lost the upstream at {self._url}: {type(exc).__name__}",
+            ) from None
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._cm.__aexit__(*exc)
+
+
+async def _relay_stream(
+    upstream: aiohttp.ClientResponse, relay: Relay, response: web.StreamResponse
+) -> None:
+    splitter = EventSplitter()
+    async for chunk in _chunks(upstream):
+        for event in splitter.feed(chunk):
+            out = relay.event(event)
+            if out:
+                await response.write(out)
+    rest = splitter.rest()
+    if rest:
+        await response.write(rest)
+
+
+async def _chunks(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in upstream.content.iter_any():
+            yield chunk
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        log.warning("the upstream stream broke off: %s", type(exc).__name__)
+
+
+def error_response(exc: api.ApiError, openai_path: bool) -> web.Response:
+    body = oai.error_body(exc) if openai_path else exc.body()
+    return web.json_response(body, status=exc.status, dumps=_dumps)
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+async def _json_body(request: web.Request) -> Any:
+    raw = await request.read()
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise api.invalid(
+            "There was an error parsing the body of your request: invalid JSON"
+        ) from None
+
+
+def _response_headers(upstream: aiohttp.ClientResponse, json: bool = False) -> dict[str, str]:
+    """The upstream's headers the client should see (its request id above all)."""
+    out = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
+    if json:
+        out.pop("Content-Type", None)
+        out.pop("content-type", None)
+    return out
+
+
+def _overflow(status: int, data: bytes) -> Any:
+    try:
+        error = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    message = ""
+    if isinstance(error, dict):
+        inner = error.get("error")
+        if isinstance(inner, dict):
+            message = str(inner.get("message") or "")
+    return parse_overflow(status, message)
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def _session_id(key: str) -> str:
+    """A session id from a client's key: the key itself when it is one already (Claude Code's
+    session id is), else a hash of it."""
+    if SESSION_ID_RE.fullmatch(key) and ".." not in key:
+        return key
+    import hashlib
+
+    return "h" + hashlib.sha256(key.encode()).hexdigest()[:31]
+
+
+def _fork_name(branches: dict[str, Any]) -> str:
+    n = 1
+    while f"fork-{n}" in branches:
+        n += 1
+    return f"fork-{n}"
+
+
+def _relayed(headers: Any) -> dict[str, str]:
+    """The headers a summary through the upstream needs: the credentials and the version."""
+    return {
+        k.lower(): v for k, v in headers.items() if k.lower() in (*AUTH_HEADERS, *RELAYED_HEADERS)
+    }
+
+
+def _agent(request: web.Request) -> str:
+    return _SAFE.sub("", request.headers.get("user-agent", "")[:60].replace(" ", "_"))
+
+
+def _message_count(messages: list[dict[str, Any]], specs: list[Spec], shared: int) -> int:
+    """How many whole messages the first `shared` specs cover."""
+    covered = 0
+    total = 0
+    for i, message in enumerate(messages):
+        total += len(from_anthropic([message]))
+        if total <= shared:
+            covered = i + 1
+    return covered

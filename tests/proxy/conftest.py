@@ -1,0 +1,58 @@
+"""Fixtures of the proxy's tests: loopback fakes of both providers and a real `compactd proxy`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.support.fake_anthropic import FakeAnthropic
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.proxy import ProxyProcess
+
+
+@pytest.fixture(scope="module")
+def fakes() -> Iterator[tuple[FakeAnthropic, FakeOpenAI]]:
+    with FakeAnthropic() as messages:
+        responses = FakeOpenAI().start()
+        try:
+            yield messages, responses
+        finally:
+            responses.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(
+    fakes: tuple[FakeAnthropic, FakeOpenAI], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ProxyProcess]:
+    messages, responses = fakes
+    data = tmp_path_factory.mktemp("proxy") / "data"
+    with ProxyProcess(
+        data,
+        anthropic=messages.base_url,
+        openai=f"http://127.0.0.1:{responses.port}",
+        args=["--summary-provider", "digest"],
+    ) as running:
+        yield running
+    assert running.returncode == 0, running.log
+
+
+def events_of(data: Path, session_id: str) -> list[dict[str, Any]]:
+    path = data / "sessions" / f"{session_id}.jsonl"
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()[1:]]
+
+
+def nodes_of(data: Path, session_id: str) -> list[dict[str, Any]]:
+    return [e["n"] for e in events_of(data, session_id) if e.get("t") == "node"]
+
+
+def snapshot(data: Path) -> dict[str, bytes]:
+    """Every file of a data dir, for "nothing was written" checks."""
+    return {
+        str(p.relative_to(data)): p.read_bytes()
+        for p in sorted(data.rglob("*"))
+        if p.is_file() and not p.name.endswith(".lock")
+    }

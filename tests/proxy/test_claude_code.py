@@ -1,0 +1,167 @@
+"""The real Claude Code CLI (npm `@anthropic-ai/claude-code`, pinned in tests/agents) through
+`compactd proxy`, against a loopback upstream as strict as the API where it matters: a 64K window
+in its own count (400 "prompt is too long" over it), 400 on broken tool_use/tool_result pairing,
+SSE as the API streams it, and a scripted model that makes 160 `Bash` calls with large outputs.
+
+Straight to that upstream the session overflows and Claude Code compacts it itself; through the
+proxy it completes with no 400, every prompt under the window, no summary request of Claude
+Code's own, and fewer input tokens in all. Then the same with `--resume` of that session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.fake_anthropic import (
+    FakeAnthropicProcess,
+    compute_applied_edits,
+    estimate_prompt_tokens,
+)
+from tests.support.proxy import ProxyProcess
+from tests.support.scripted_agent import is_agent_summary, offers_bash
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+CLAUDE = ROOT / "tests" / "agents" / "node_modules" / ".bin" / "claude"
+WINDOW = 64_000
+STEPS = 160
+LINES = 800  # each listing is ~35,000 characters: Claude Code keeps up to 30,000 of it
+API_KEY = "sk-ant-test-0123456789abcdef-secret"
+
+
+def run_claude(base_url: str, home: Path, workdir: Path, *args: str) -> dict[str, Any]:
+    """One headless `claude -p` run; its JSON result."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": base_url,
+        "ANTHROPIC_API_KEY": API_KEY,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    done = subprocess.run(
+        [str(CLAUDE), "-p", *args, "--output-format", "json", "--allowedTools", "Bash", "Read"],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.stdout.strip(), f"claude printed nothing (exit {done.returncode}): {done.stderr}"
+    return json.loads(done.stdout)
+
+
+def seen(body: dict[str, Any]) -> int:
+    """The upstream's own count of a request's prompt, after the context edits it applies."""
+    cleared = sum(
+        int(e.get("cleared_input_tokens", 0))
+        for e in (compute_applied_edits(body) if "context_management" in body else [])
+    )
+    return estimate_prompt_tokens(body) - cleared
+
+
+def tally(requests: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the upstream saw of one run."""
+    messages = [r for r in requests if r["path"] == "/v1/messages"]
+    answered = [r for r in messages if r["status"] == 200]
+    return {
+        "requests": len(messages),
+        "rejected": [r["status"] for r in messages if r["status"] != 200],
+        "largest": max(seen(r["body"]) for r in messages),
+        "input_tokens": sum(seen(r["body"]) for r in answered),
+        "agent_summaries": sum(is_agent_summary(r["body"]) for r in messages),
+        "agent_steps": sum(offers_bash(r["body"]) for r in answered),
+    }
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The same scripted session straight to the upstream and through the proxy, each then
+    resumed with a second prompt."""
+    if not CLAUDE.exists():
+        pytest.fail(f"{CLAUDE} is missing: `make agents` installs the pinned CLIs")
+    base = tmp_path_factory.mktemp("claude")
+    script = {"default": {"kind": "agent", "steps": STEPS, "lines": LINES}}
+    out: dict[str, Any] = {}
+    with FakeAnthropicProcess(script={**script, "context_window": WINDOW}) as fake:
+        for way in ("direct", "proxy"):
+            home, work = base / way / "home", base / way / "work"
+            home.mkdir(parents=True)
+            work.mkdir(parents=True)
+            proxy = None
+            url = fake.base_url
+            if way == "proxy":
+                proxy = ProxyProcess(base / "data", anthropic=fake.base_url, window=WINDOW)
+                url = proxy.start().base_url
+            try:
+                fake.reset()
+                first = run_claude(url, home, work, "list the outputs")
+                first_seen = tally(fake.requests())
+                fake.reset()
+                resumed = run_claude(
+                    url, home, work, "--resume", first["session_id"], "list them again"
+                )
+                resumed_seen = tally(fake.requests())
+            finally:
+                if proxy is not None:
+                    proxy.stop()
+            out[way] = {
+                "first": first,
+                "first_seen": first_seen,
+                "resumed": resumed,
+                "resumed_seen": resumed_seen,
+                "log": proxy.log if proxy else "",
+                "returncode": proxy.returncode if proxy else 0,
+                "data": base / "data",
+            }
+    return out
+
+
+def test_straight_to_the_upstream_the_session_overflows_or_claude_code_compacts_it(
+    runs: dict[str, Any],
+) -> None:
+    direct = runs["direct"]["first_seen"]
+    assert direct["rejected"] or direct["agent_summaries"], direct
+
+
+@pytest.mark.parametrize("run", ["first", "resumed"])
+def test_through_the_proxy_the_session_completes_under_the_window(
+    runs: dict[str, Any], run: str
+) -> None:
+    result = runs["proxy"][run]
+    upstream = runs["proxy"][f"{run}_seen"]
+    assert not result["is_error"], result
+    assert result["result"] == f"Done: ran {STEPS} commands."
+    assert upstream["agent_steps"] >= STEPS
+    assert upstream["rejected"] == []  # no 400: neither over the window nor broken pairing
+    assert upstream["largest"] <= WINDOW
+    assert upstream["agent_summaries"] == 0  # Claude Code never had to compact it itself
+
+
+@pytest.mark.parametrize("run", ["first", "resumed"])
+def test_through_the_proxy_the_upstream_counts_fewer_input_tokens(
+    runs: dict[str, Any], run: str
+) -> None:
+    direct, proxied = runs["direct"][f"{run}_seen"], runs["proxy"][f"{run}_seen"]
+    assert proxied["input_tokens"] < direct["input_tokens"], (proxied, direct)
+
+
+def test_the_session_is_compactd_s_and_the_key_is_never_written(runs: dict[str, Any]) -> None:
+    """The proxy kept Claude Code's session under its own id, stopped cleanly, and its log and
+    store hold nothing of the client's API key."""
+    proxy = runs["proxy"]
+    assert proxy["returncode"] == 0, proxy["log"]
+    session_id = proxy["first"]["session_id"]
+    logs = list(Path(proxy["data"]).rglob("*.jsonl"))
+    assert any(p.name == f"{session_id}.jsonl" for p in logs), logs
+    for path in Path(proxy["data"]).rglob("*"):
+        if path.is_file():
+            assert API_KEY.encode() not in path.read_bytes(), path
+    assert API_KEY not in proxy["log"]
+    assert "compacted" in proxy["log"] or "applied" in proxy["log"]  # changes are never silent
