@@ -660,6 +660,7 @@ class Engine:
         estimated: int | None = None,
         sent: int | None = None,
         applied_edits: list[dict[str, Any]] | None = None,
+        durable: bool = True,
     ) -> tuple[float, int | None, int | None]:
         """Keep what the provider counted for the last rendered request; later estimates for
         this model are scaled by the observed ratio. Returns (ratio, reported, estimated).
@@ -684,7 +685,7 @@ class Engine:
             data["reported"] = reported
         if applied_edits:
             data["appliedEdits"] = applied_edits
-        session.add_records([{"kind": USAGE, "covers": [], "data": data}])
+        session.add_records([{"kind": USAGE, "covers": [], "data": data}], durable=durable)
         return self.calibration(session).ratio(model), reported, estimated
 
     # ---- inspection ---------------------------------------------------------------------------

@@ -93,9 +93,10 @@ class Session:
     # ---- the one write path -------------------------------------------------------------------
 
     def commit(
-        self, build: Callable[[Graph, int, float], list[dict[str, Any]]]
+        self, build: Callable[[Graph, int, float], list[dict[str, Any]]], *, durable: bool = True
     ) -> list[dict[str, Any]]:
-        """Validate-and-build events with `build(graph, next_seq, now)`, write them, apply."""
+        """Validate-and-build events with `build(graph, next_seq, now)`, write them, apply
+        (`durable=False`: see `SessionStore.append`)."""
         if self._buffer is not None:
             events = build(self.graph, self.graph.seq + 1, self.clock())
             for event in events:
@@ -107,7 +108,7 @@ class Session:
             events = build(self.graph, self.graph.seq + 1, self.clock())
             if not events:
                 return events
-            self.offset = self.store.append(self.id, events)
+            self.offset = self.store.append(self.id, events, durable=durable)
             for event in events:
                 self.graph.apply(event)
         return events
@@ -145,6 +146,7 @@ class Session:
         function: str | None = None,
         expected_head: Any = UNSET,
         allow_orphans: bool = False,
+        durable: bool = True,
     ) -> AppendResult:
         """Append decomposed messages to a branch's thread or a running function's thread."""
         out: dict[str, Any] = {}
@@ -163,7 +165,7 @@ class Session:
             out.update(ids=ids, head=head)
             return events
 
-        events = self.commit(build)
+        events = self.commit(build, durable=durable)
         return AppendResult(
             out["head"], out["ids"], events[-1]["seq"] if events else self.graph.seq
         )
@@ -316,7 +318,7 @@ class Session:
 
     # ---- records and bookkeeping -----------------------------------------------------------
 
-    def add_records(self, records: list[dict[str, Any]]) -> list[str]:
+    def add_records(self, records: list[dict[str, Any]], *, durable: bool = True) -> list[str]:
         """Write records (`{kind, covers, data?, thread?}`); returns their ids."""
         out: list[str] = []
 
@@ -332,7 +334,7 @@ class Session:
             return events
 
         out.clear()
-        self.commit(build)
+        self.commit(build, durable=durable)
         return out
 
     def touch(self) -> None:

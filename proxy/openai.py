@@ -361,7 +361,7 @@ async def responses(proxy: Any, request: web.Request) -> web.StreamResponse:
         model,
         decompose=from_anthropic,
         config=SESSION_CONFIG,
-        api="responses",
+        wire="responses",
     )
     if placed is None:
         return await proxy._plain(request, body)
@@ -424,7 +424,7 @@ async def chat_completions(proxy: Any, request: web.Request) -> web.StreamRespon
         model,
         decompose=_chat_specs,
         config=SESSION_CONFIG,
-        api="chat",
+        wire="chat",
     )
     if placed is None:
         return await proxy._plain(request, body)
@@ -514,8 +514,10 @@ async def _exchange(
                 overflow = overflow_of(upstream.status, data)
                 if overflow is not None and attempt == 0:
                     proxy.counts["overflow_retries"] += 1
-                    rendered = await proxy._render(placed, params, overflow=overflow)
-                    continue
+                    retried = await proxy._rerender(placed, params, overflow)
+                    if retried is not None:
+                        rendered = retried
+                        continue
                 proxy.counts["upstream_errors"] += 1
                 return web.Response(status=upstream.status, body=data, headers=_headers(upstream))
             relay = stream_kind(recall=params.spec.recall is True)

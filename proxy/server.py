@@ -217,8 +217,10 @@ class Proxy:
                             "then one retry",
                             placed.session_id,
                         )
-                        rendered = await self._render(placed, params, overflow=overflow)
-                        continue
+                        retried = await self._rerender(placed, params, overflow)
+                        if retried is not None:
+                            rendered = retried
+                            continue
                     self.counts["upstream_errors"] += 1
                     return web.Response(
                         status=upstream.status, body=data, headers=_response_headers(upstream)
@@ -299,7 +301,7 @@ class Proxy:
         *,
         decompose: Callable[[Any], list[Spec]] = from_anthropic,
         config: dict[str, Any] | None = None,
-        api: str = "anthropic",
+        wire: str = "anthropic",
     ) -> Placed | None:
         """Put the request's history into its session: the new tail appended to the branch it
         extends, or to a branch forked where the client's history leaves the session's."""
@@ -310,10 +312,10 @@ class Proxy:
             raise api.invalid(str(exc)) from None
         upstream = (
             self.settings.anthropic_upstream
-            if api == "anthropic"
+            if wire == "anthropic"
             else self.settings.openai_upstream
         )
-        self.credentials[sid] = Credentials(_relayed(request.headers), model, api, upstream)
+        self.credentials[sid] = Credentials(_relayed(request.headers), model, wire, upstream)
         async with self.app.registry.lock(sid):
             # the session's work off the loop, in its turn: other sessions go on meanwhile
             branch = await self.app.work.run(sid, lambda: self._keep(sid, specs, config, request))
@@ -349,8 +351,8 @@ class Proxy:
                     branch,
                 )
             tail = specs[found.shared :]
-            if tail:
-                session.append(tail, branch=branch)
+            if tail:  # the client resends it with every request: no fsync to wait for
+                session.append(tail, branch=branch, durable=False)
         except (InvalidPairing, InvalidGraph) as exc:
             log.warning(
                 "session %s: the client's history cannot be kept (%s); this request goes "
@@ -404,6 +406,19 @@ class Proxy:
         )
         return rendered
 
+    async def _rerender(
+        self, placed: Placed, params: RenderParams, overflow: Any
+    ) -> Rendered | None:
+        """Tier 5's render after the upstream's prompt-too-long, or None when it cannot make
+        the request smaller (the client then gets the upstream's own error)."""
+        try:
+            return await self._render(placed, params, overflow=overflow)
+        except CompactdError as exc:
+            log.warning(
+                "session %s: Tier 5 could not shrink the request: %s", placed.session_id, exc
+            )
+            return None
+
     async def report(
         self,
         placed: Placed,
@@ -427,6 +442,7 @@ class Proxy:
                         estimated=rendered.estimate,
                         sent=rendered.sent_estimate,
                         applied_edits=applied_edits or None,
+                        durable=False,
                     ),
                 )
             except CompactdError as exc:

@@ -368,9 +368,10 @@ class FileStore:
         os.rename(path, target)
         return f"moved to {TORN_DIR}/{target.name}"
 
-    def append(self, session_id: str, events: list[dict[str, Any]]) -> int:
+    def append(self, session_id: str, events: list[dict[str, Any]], *, durable: bool = True) -> int:
         """Append `events` (caller holds `locked`); returns the log size after the append.
-        Returns only once the bytes are on disk."""
+        Returns only once the bytes are on disk (`durable=False`: once they are written, the
+        fsync left to the system)."""
         payload = self._encode(events)
         path = self.log_path(session_id)
         try:
@@ -390,7 +391,7 @@ class FileStore:
                 if last != b"\n":  # seal a torn tail so it stays one bad line
                     prefix = TORN_SEAL
             try:
-                return self._write(fd, prefix + payload)
+                return self._write(fd, prefix + payload, durable)
             except StoreFailure:
                 # never leave part of an unacknowledged append behind
                 with contextlib.suppress(OSError):
@@ -404,13 +405,14 @@ class FileStore:
         return b"".join(line + b"\n" for line in log_lines(events, self.max_event_bytes))
 
     @staticmethod
-    def _write(fd: int, payload: bytes) -> int:
+    def _write(fd: int, payload: bytes, durable: bool = True) -> int:
         try:
             view = memoryview(payload)
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
             return os.fstat(fd).st_size
         except OSError as exc:
             raise StoreFailure(f"write failed: {exc.strerror}") from exc

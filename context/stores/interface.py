@@ -172,8 +172,11 @@ class SessionStore(Protocol):
         so it is never listed; says what was moved."""
         ...
 
-    def append(self, session_id: str, events: list[dict[str, Any]]) -> int:
-        """Append under `locked`; returns the cursor after the append, once it is durable."""
+    def append(self, session_id: str, events: list[dict[str, Any]], *, durable: bool = True) -> int:
+        """Append under `locked`; returns the cursor after the append, once it is durable —
+        or, with `durable=False`, once it is written and only a crash of the machine itself
+        could lose it (for copies of what a client holds and sends again anyway: the proxy's
+        appends of a history the client resends with every request)."""
         ...
 
     def claim(self, session_id: str) -> contextlib.AbstractContextManager[bool]:

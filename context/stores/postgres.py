@@ -400,19 +400,22 @@ class PostgresStore:
                 written=False,
             ) from None
 
-    def append(self, session_id: str, events: list[dict[str, Any]]) -> int:
-        """Insert and commit under `locked`; returns the last seq, once committed."""
+    def append(self, session_id: str, events: list[dict[str, Any]], *, durable: bool = True) -> int:
+        """Insert and commit under `locked`; returns the last seq, once committed
+        (`durable=False`: committed without waiting for the WAL flush)."""
         sid = check_session_id(session_id)
         conn = self._tx().get(sid)
         if conn is None:
             with self.locked(sid):
-                return self.append(sid, events)
+                return self.append(sid, events, durable=durable)
         if not events:
             return self._head(conn, sid)
         bodies, size = _encode(events, self.max_event_bytes)
         seqs = [int(e["seq"]) for e in events]
         batch = uuid.uuid4()
         try:
+            if not durable:
+                conn.execute("SET LOCAL synchronous_commit TO OFF")
             conn.execute(  # one statement, one round trip: events, the session row, NOTIFY
                 f"""WITH ins AS ({INSERT_EVENTS} RETURNING 1),
                 upd AS (

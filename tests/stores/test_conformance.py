@@ -94,12 +94,12 @@ def _break_postgres(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
 
     real = type(store).append
 
-    def append(self: Any, session_id: str, events: list[dict[str, Any]]) -> int:
+    def append(self: Any, session_id: str, events: list[dict[str, Any]], **how: Any) -> int:
         monkeypatch.setattr(type(store), "append", real)
         conn = self._tx()[session_id]
         with psycopg.connect(self.url, autocommit=True) as killer:
             killer.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
-        return real(self, session_id, events)
+        return real(self, session_id, events, **how)
 
     monkeypatch.setattr(type(store), "append", append)
 

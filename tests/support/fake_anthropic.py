@@ -28,6 +28,7 @@ import argparse
 import itertools
 import json
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -565,10 +566,21 @@ def estimate_tokens(value: Any) -> int:
     return max(1, (len(text) + 3) // 4)
 
 
+_ESTIMATES: dict[int, tuple[dict[str, Any], int]] = {}
+
+
 def estimate_prompt_tokens(body: dict[str, Any]) -> int:
-    """The fake's prompt size: system + messages + tools, about four characters a token."""
+    """The fake's prompt size: system + messages + tools, about four characters a token
+    (memoized for the body being answered: one request asks for it several times)."""
+    held = _ESTIMATES.get(id(body))
+    if held is not None and held[0] is body:
+        return held[1]
     prompt = {key: body[key] for key in ("system", "messages", "tools") if key in body}
-    return estimate_tokens(prompt)
+    tokens = estimate_tokens(prompt)
+    if len(_ESTIMATES) > 64:
+        _ESTIMATES.clear()
+    _ESTIMATES[id(body)] = (body, tokens)
+    return tokens
 
 
 def _result_tokens(block: dict[str, Any]) -> int:
@@ -672,6 +684,12 @@ class _HTTPServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, like the real API; SSE uses chunked encoding
     server: _HTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        # each SSE event is its own small write, sent at once as the API's servers send it
+        # (without this, Nagle holds every event after the first for the client's ACK)
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Keep test output quiet."""

@@ -22,6 +22,7 @@ import itertools
 import json
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -233,6 +234,10 @@ class FakeOpenAI:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
