@@ -26,6 +26,7 @@ FAILURE_KINDS = (
     "cancelled",  # the caller cancelled
     "stream_error",  # any other `error` event inside a stream
     "empty",  # the provider answered with no text
+    "truncated",  # the provider stopped before the summary's end (its output limit)
     "auth",  # 401/403: no or a bad API key
     "unavailable",  # no provider configured / cannot be reached
     "call_limit",  # the summary would need more calls than `summaryMaxCalls`
