@@ -53,7 +53,7 @@ from ..errors import InvalidContent, InvalidPath
 from ..tokens import first_tokens
 from .builder import FunctionRun, ThreadBuilder
 from .files import read_inside
-from .jsonio import iso_to_unix, read_jsonl
+from .jsonio import Records, iso_to_unix, read_jsonl, record_at
 from .plan import MAIN, Compaction, ImportedSession, Note
 
 _ANTHROPIC_USAGE_KEYS = (
@@ -123,11 +123,12 @@ class _SessionImport:
         self.sent: dict[str, Any] = {}  # spilled results read back: what the model got instead
         self.spilled: dict[str, Any] = {}  # spilled file name -> the call it was read for
         self.reads = _RecentReads()  # what Claude Code re-reads after it compacts
+        self.lines = Records()  # the session file's, each knowing its line
 
     # top level
 
     def run(self) -> ImportedSession:
-        lines = read_jsonl(self.path, skip=self._skip_progress)
+        lines = self.lines = read_jsonl(self.path, skip=self._skip_progress)
         main_lines = [line for line in lines if not line.get("isSidechain")]
         self.sidechains = _group_sidechains([line for line in lines if line.get("isSidechain")])
         self._index_subagent_folder()
@@ -187,26 +188,42 @@ class _SessionImport:
 
     # lines → builder
 
-    def _feed(self, builder: ThreadBuilder, lines: list[dict[str, Any]], *, main: bool) -> None:
+    def _feed(
+        self,
+        builder: ThreadBuilder,
+        lines: list[dict[str, Any]],
+        *,
+        main: bool,
+        file: Path | None = None,
+        numbered: Records | None = None,
+    ) -> None:
+        """Feed the builder one file's lines (the session's, or a `subagents/` file's), each
+        read as a record of that file: what cannot be read names the line."""
+        file = file or self.path
+        numbered = numbered if numbered is not None else self.lines
         for line in lines:
-            kind = line.get("type")
-            timestamp = iso_to_unix(line.get("timestamp"))
-            if kind == "assistant":
-                self._assistant(builder, line, timestamp, main=main)
-            elif kind == "user":
-                self._user(builder, line, timestamp)
-            elif kind == "system" and line.get("subtype") == "compact_boundary":
-                self._compact_boundary(builder, line, timestamp, main=main)
-            elif kind == "summary":
-                summary = line.get("summary")
-                if main and self.title is None and isinstance(summary, str):
-                    self.title = summary
-                data = {"summary": summary, "leafUuid": line.get("leafUuid")}
-                builder.note(Note("claude_code_summary", data, timestamp))
-            elif kind == "system":
-                self.skipped[f"system/{line.get('subtype')}"] += 1
-            else:
-                self.skipped[str(kind)] += 1
+            with record_at(file, numbered.line(line)):
+                self._line(builder, line, main=main)
+
+    def _line(self, builder: ThreadBuilder, line: dict[str, Any], *, main: bool) -> None:
+        kind = line.get("type")
+        timestamp = iso_to_unix(line.get("timestamp"))
+        if kind == "assistant":
+            self._assistant(builder, line, timestamp, main=main)
+        elif kind == "user":
+            self._user(builder, line, timestamp)
+        elif kind == "system" and line.get("subtype") == "compact_boundary":
+            self._compact_boundary(builder, line, timestamp, main=main)
+        elif kind == "summary":
+            summary = line.get("summary")
+            if main and self.title is None and isinstance(summary, str):
+                self.title = summary
+            data = {"summary": summary, "leafUuid": line.get("leafUuid")}
+            builder.note(Note("claude_code_summary", data, timestamp))
+        elif kind == "system":
+            self.skipped[f"system/{line.get('subtype')}"] += 1
+        else:
+            self.skipped[str(kind)] += 1
 
     def _assistant(
         self, builder: ThreadBuilder, line: dict[str, Any], timestamp: float | None, *, main: bool
@@ -365,7 +382,15 @@ class _SessionImport:
             warn=lambda message: self.warnings.append(f"sub-agent {subagent.name}: {message}"),
             resolve_function=self._resolve,
         )
-        self._feed(builder, subagent.records(self._skip_progress), main=False)
+        records = subagent.records(self._skip_progress)
+        in_file = isinstance(records, Records)  # a subagents/ file; else the session's own
+        self._feed(
+            builder,
+            records,
+            main=False,
+            file=subagent.path if in_file else None,
+            numbered=records if in_file else None,
+        )
         ops = builder.finish()
         return FunctionRun(ops) if ops else None
 
