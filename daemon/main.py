@@ -9,6 +9,7 @@ import os
 import sys
 
 from ..context.errors import CompactdError
+from ..context.secrets import scrub, scrub_logs
 from ..service import background
 from ..service.app import App, Settings
 from ..service.settings import settings_from
@@ -33,6 +34,7 @@ def serve(args: argparse.Namespace) -> int:
         level=level,
         format="compactd %(levelname)s %(name)s: %(message)s",
     )
+    scrub_logs()  # no secret compactd holds in any line it logs
     for name in ("pygls", "watchfiles"):
         logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
     # pygls logs every error answer with a traceback; the client already got a clear error
@@ -42,7 +44,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         server, app = build(settings_from(args))
     except CompactdError as exc:  # e.g. an unsupported --store URL, an unreachable database
-        print(f"compactd: {exc}", file=sys.stderr)
+        print(f"compactd: {scrub(str(exc))}", file=sys.stderr)
         return 2
     try:
         code = asyncio.run(

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,10 +24,12 @@ from typing import Any, Protocol, TypeVar
 import attrs
 
 from ..context.engine import Engine
+from ..context.secrets import hold, scrub, scrub_data
 from ..context.session import Session
 from ..context.stores import SessionCounts, SessionStat, open_store
 from ..context.tiers.base import TierEvent
 from ..protocol import methods
+from ..protocol.convert import unstructure
 from ..protocol.types import SessionChangedNotification
 from .events import compacted
 from .providers import make_provider
@@ -36,6 +39,8 @@ from .work import SessionWork
 log = logging.getLogger("compactd.daemon")
 T = TypeVar("T")
 
+PROVIDER_SECRETS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+"""The environment's secrets a summary provider reads (the daemon holds them in any case)."""
 COUNTS_QUIET_SECONDS = 20.0
 """A session written to and quiet this long has its listing counts kept again (by the idle
 loop, in its turn), so a listing, here or after a restart, reads them instead of counting."""
@@ -99,6 +104,8 @@ class App:
         self.front = front
         self.settings = settings
         self.work = SessionWork()
+        # what the summary provider's SDK would send: kept out of every message
+        hold(*(os.environ.get(name) for name in PROVIDER_SECRETS))
         defaults: dict[str, Any] = {**settings.config, **settings.limits}
         if settings.idle_seconds is not None:
             defaults["idle_seconds"] = settings.idle_seconds
@@ -223,11 +230,13 @@ class App:
 
     def notify(self, method: str, params: Any) -> None:
         """A notification to the clients, sent from the event loop whichever thread's work
-        says it (a worker's catch-up, idle work)."""
-        self.work.on_loop(lambda: self.front.notify(method, params))
+        says it (a worker's catch-up, idle work), with no secret compactd holds in it."""
+        payload = scrub_data(unstructure(params) if attrs.has(type(params)) else params)
+        self.work.on_loop(lambda: self.front.notify(method, payload))
 
     def store_said(self, level: str, message: str) -> None:
         """The store's word on its connection (lost, reconnected) goes to the clients too."""
+        message = scrub(message)  # a driver's message may quote the connection string
         getattr(log, level if level in ("info", "warning", "error") else "info")(message)
         self.work.on_loop(lambda: self.front.log_message(level, message))
 

@@ -30,10 +30,10 @@ store is imported only for a `postgresql://` URL, so the files path loads nothin
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from ..errors import StoreFailure
+from ..secrets import connection_secrets, hold, redact
 from .files import FileStore, default_data_dir
 from .interface import (
     Listed,
@@ -68,6 +68,7 @@ def open_store(
     """The store a URL names (`postgresql://…`), or the files in `data_dir` without one."""
     if not url:
         return FileStore(data_dir)
+    hold(*connection_secrets(url))  # kept out of every message, whatever quotes it back
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme not in SCHEMES:
         raise StoreFailure(
@@ -83,14 +84,3 @@ def open_store(
             f"({exc})"
         ) from None
     return PostgresStore(url, location=redact(url), log=log)
-
-
-def redact(url: str) -> str:
-    """The URL without its password (in its user part or a `password=` parameter)."""
-    url = re.sub(r"(?i)([?&]password=)[^&]*", r"\1***", url)
-    head, sep, rest = url.partition("://")
-    if not sep or "@" not in rest.split("/", 1)[0]:
-        return url
-    auth, _, host = rest.partition("@")
-    user = auth.split(":", 1)[0]
-    return f"{head}://{user}{':***' if ':' in auth else ''}@{host}"

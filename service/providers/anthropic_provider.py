@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import anthropic
 from anthropic import AsyncAnthropic
+from compactd.context.secrets import hold
 from compactd.context.summarizer.types import SummaryFailure, SummaryRequest, SummaryResult
 from compactd.context.tiers.reactive import parse_overflow
 
@@ -144,6 +145,7 @@ class AnthropicSummaryProvider:
                 raise SummaryFailure(
                     "auth", f"cannot load Anthropic credentials: {_line(exc)}"
                 ) from exc
+            hold(client.api_key, client.auth_token)  # out of every message compactd emits
             if client.api_key is None and client.auth_token is None and client.credentials is None:
                 raise SummaryFailure(
                     "auth", "no Anthropic API key: set ANTHROPIC_API_KEY or configure api_key"
