@@ -52,7 +52,7 @@ import attrs
 from ..errors import InvalidContent, InvalidPath
 from ..tokens import first_tokens
 from .builder import FunctionRun, ThreadBuilder
-from .files import read_inside
+from .files import list_inside, read_inside
 from .jsonio import Records, iso_to_unix, read_jsonl, record_at
 from .plan import MAIN, Compaction, ImportedSession, Note
 
@@ -87,11 +87,21 @@ class _Subagent:
     path: Path | None = None
     lines: list[dict[str, Any]] | None = None
     claimed: bool = False
+    warn: Callable[[str], None] | None = None
 
     def records(self, skip: Callable[[bytes], bool]) -> list[dict[str, Any]]:
+        """Its lines; a file that cannot be read inside the session's folder (more than one
+        link, gone meanwhile) holds none, and says so."""
         if self.lines is None:
             assert self.path is not None
-            self.lines = read_jsonl(self.path, skip=skip, data=_read_subagent(self.path))
+            try:
+                data = _read_subagent(self.path)
+            except InvalidPath as error:
+                if self.warn is not None:
+                    self.warn(f"sub-agent transcript {self.path.name} not read: {error.message}")
+                self.lines = Records()
+            else:
+                self.lines = read_jsonl(self.path, skip=skip, data=data)
         return self.lines
 
     def prompt(self, skip: Callable[[bytes], bool]) -> str | None:
@@ -172,18 +182,31 @@ class _SessionImport:
         return True
 
     def _index_subagent_folder(self) -> None:
-        folder = self.session_dir / "subagents"
-        if not folder.is_dir():
+        """The agent files of `<session>/subagents/`, listed only inside the transcript's own
+        folder: a session folder or `subagents/` folder that is a symlink is not followed,
+        not even to list it (a warning says so)."""
+        try:
+            names = list_inside(self.path.parent, self.session_dir.name, "subagents")
+        except InvalidPath as error:
+            self.warnings.append(f"the sub-agent folder was not read: {error.message}")
             return
-        for file in sorted(folder.glob("agent-*.jsonl")):
+        folder = self.session_dir / "subagents"
+        for name in names or []:
+            if not (name.startswith("agent-") and name.endswith(".jsonl")):
+                continue
+            file = folder / name
             if file.is_symlink() or not file.is_file():
                 self.warnings.append(f"sub-agent transcript {file.name} is not a regular file")
                 continue
             agent_id = file.stem.removeprefix("agent-")
             if agent_id.startswith("acompact"):
-                self.compaction_calls.append(self._compaction_call(file, agent_id))
+                try:
+                    self.compaction_calls.append(self._compaction_call(file, agent_id))
+                except InvalidPath as error:
+                    self.warnings.append(f"sub-agent transcript {name} not read: {error.message}")
             else:
-                self.subagents_by_id[agent_id] = _Subagent(f"agent-{agent_id}", path=file)
+                subagent = _Subagent(f"agent-{agent_id}", path=file, warn=self.warnings.append)
+                self.subagents_by_id[agent_id] = subagent
         self.compaction_calls.sort(key=lambda note: note.timestamp or 0.0)
 
     # lines → builder
