@@ -16,6 +16,7 @@ from typing import Any
 from ..context.session import Session
 from ..protocol import methods
 from ..protocol.types import SessionIdleNotification
+from . import scratch
 from .app import App
 from .compaction import prepare_summary
 
@@ -26,7 +27,7 @@ def start(app: App) -> list[Coroutine[Any, Any, None]]:
     """Hook the idle check into first use; the background tasks to run."""
     # a daemon started after the idle period acts as soon as the session is used
     app.registry.on_first_touch.append(lambda session: run_idle_if_due(app, session))
-    tasks = [idle_loop(app), warm_tokenizer(), sweep_failed_creates(app)]
+    tasks = [idle_loop(app), warm_tokenizer(), sweep_at_start(app)]
     if app.settings.watch:
         tasks.append(watch_loop(app))
     return tasks
@@ -129,16 +130,20 @@ async def watch_loop(app: App) -> None:
                 log.exception("catching up %s failed", session.id)
 
 
-async def sweep_failed_creates(app: App) -> None:
-    """Move aside what failed creates left (a daemon killed mid-create, an older compactd's
-    empty log) and tell the operator; off the first request's path, in a worker thread."""
+async def sweep_at_start(app: App) -> None:
+    """What killed daemons left, off the first request's path (in a worker thread): failed
+    creates moved aside (a daemon killed mid-create, an older compactd's empty log; the
+    operator is told), scratch folders no one holds removed (a replay killed mid-way)."""
     try:
         moved = await app.work.run(None, app.engine.store.sweep)
+        removed = await app.work.run(None, lambda: scratch.sweep(app.settings.data_dir))
     except Exception:
         log.exception("sweeping the data dir failed")
         return
     for what in moved:
         app.store_said("warning", f"found what a failed create left: {what}")
+    if removed:
+        log.info("removed %d scratch folder(s) a stopped daemon left: %s", len(removed), removed)
 
 
 async def warm_tokenizer() -> None:

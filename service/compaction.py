@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -34,6 +33,7 @@ from ..context.tiers.base import Outcome, TierEvent
 from ..context.tiers.reactive import Overflow, parse_overflow
 from ..protocol.types import CompactResult, ProviderError, ReplayParams
 from .app import App, settle
+from .scratch import scratch
 from .stoppable import Stop, run_stoppable
 
 log = logging.getLogger("compactd.daemon")
@@ -238,8 +238,9 @@ async def replay_transcript(app: App, p: ReplayParams) -> dict[str, Any]:
                             pending.cancel()
                             raise Stopped("the replay was stopped") from None
 
-            with tempfile.TemporaryDirectory(prefix="compactd-replay-") as scratch:
-                store = FileStore(scratch)
+            # under the data dir, so one a killed daemon leaves is swept at the next start
+            with scratch(app.settings.data_dir, "replay") as folder:
+                store = FileStore(folder)
                 engine = Engine(store, defaults=app.engine.defaults, summary_provider=provider)
                 work = replay(engine, sessions[p.index], options, stopped)
                 return drive_sync(work, answer_here)
