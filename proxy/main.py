@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 
+import attrs
 from aiohttp import web
 
 from ..context.errors import CompactdError
@@ -43,7 +44,6 @@ def proxy_settings(args: argparse.Namespace) -> ProxySettings:
         anthropic_upstream=args.anthropic_upstream,
         openai_upstream=args.openai_upstream,
         window=args.window,
-        recall=not args.no_recall,
     )
 
 
@@ -63,6 +63,10 @@ def build(args: argparse.Namespace) -> tuple[App, Proxy]:
         or os.environ.get("COMPACTD_SUMMARY_PROVIDER")
         or "client",
     )
+    # recall is on in the proxy (the proxy answers it, so no client has to): a default for
+    # sessions without their own `recall`; --no-recall turns it off for every session
+    recall = {"recall": False} if args.no_recall else {}
+    settings = attrs.evolve(settings, config={"recall": True, **settings.config, **recall})
     config = proxy_settings(args)
     proxy: Proxy | None = None
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+import attrs
 import orjson
 from aiohttp import web
 
@@ -26,6 +27,7 @@ from ..context.decompose import Spec, from_anthropic, from_openai
 from ..context.recall import RECALL_TOOL
 from ..context.recall import TOOL_NAME as RECALL_NAME
 from .anthropic import ApiError, invalid
+from .http import response_headers
 from .sse import Event, EventSplitter, encode
 
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/responses")
@@ -329,10 +331,61 @@ def messages_to_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # ---- the handlers ------------------------------------------------------------------------
 
 
+@attrs.frozen
+class _Turn:
+    """A request of an OpenAI API, placed in its session, with its render's parameters."""
+
+    placed: Any
+    params: Any
+    max_out: int | None
+
+
+async def _placed(
+    proxy: Any,
+    request: web.Request,
+    body: dict[str, Any],
+    *,
+    seed: Any,
+    messages: list[dict[str, Any]],
+    decompose: Callable[[Any], list[Spec]],
+    wire: str,
+    system: str | None,
+    max_out: Any,
+    format: str,
+    recall: bool | None = None,
+) -> _Turn | None:
+    """The steps both OpenAI APIs share: the upstream reachable, the history in its session
+    (a client-side-clearing one), the render's parameters (no breakpoints); None when the
+    history cannot be kept (the request then goes on as the client wrote it)."""
+    await proxy.reachable(proxy.settings.openai_upstream)
+    model = body["model"]
+    placed = await proxy._place(
+        session_key(request.headers, body, seed),
+        messages,
+        request,
+        model,
+        decompose=decompose,
+        config=SESSION_CONFIG,
+        wire=wire,
+    )
+    if placed is None:
+        return None
+    limit = max_out if isinstance(max_out, int) and max_out > 0 else None
+    tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+    params = proxy._params(model, limit or 0, system, tools, None, placed.branch, format)
+    spec = attrs.evolve(params.spec, cache=False, recall=recall)
+    return _Turn(placed, attrs.evolve(params, spec=spec), limit)
+
+
+def _capped(proxy: Any, out: dict[str, Any], key: str, turn: _Turn, rendered: Any) -> None:
+    """With `--window`, the output limit the client asked for lowered to the reserve."""
+    if proxy.settings.window is not None and turn.max_out is not None:
+        out[key] = min(turn.max_out, rendered.budget.output_reserve)
+
+
 async def responses(proxy: Any, request: web.Request) -> web.StreamResponse:
     body = await _body(request)
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
+    if not isinstance(body.get("model"), str) or not body["model"]:
         raise invalid("model: a model is required")
     raw_input = body.get("input")
     items: list[Any] = (
@@ -348,60 +401,48 @@ async def responses(proxy: Any, request: web.Request) -> web.StreamResponse:
     messages = items_to_messages(rest)
     if not messages:
         return await proxy._plain(request, body)
-    await proxy.reachable(proxy.settings.openai_upstream)
-    system = "\n\n".join(
-        t for t in [body.get("instructions") or "", *(_text(i.get("content")) for i in fixed)] if t
-    )
-    tools = body.get("tools") if isinstance(body.get("tools"), list) else None
-    max_out = body.get("max_output_tokens")
-    placed = await proxy._place(
-        session_key(request.headers, body, items[:3]),
-        messages,
+    instructions = [body.get("instructions") or "", *(_text(i.get("content")) for i in fixed)]
+    turn = await _placed(
+        proxy,
         request,
-        model,
+        body,
+        seed=items[:3],
+        messages=messages,
         decompose=from_anthropic,
-        config=SESSION_CONFIG,
         wire="responses",
+        system="\n\n".join(t for t in instructions if t) or None,
+        max_out=body.get("max_output_tokens"),
+        format="anthropic",
     )
-    if placed is None:
+    if turn is None:
         return await proxy._plain(request, body)
-    params = proxy._params(
-        model,
-        max_out if isinstance(max_out, int) and max_out > 0 else 0,
-        system or None,
-        tools,
-        None,
-        placed.branch,
-        "anthropic",
-    )
-    params = _uncached(params)
-    recall = proxy.settings.recall
+    recall = proxy.recall_on(turn.placed)
+    tools = body.get("tools") if isinstance(body.get("tools"), list) else []
 
     def build(rendered: Any) -> dict[str, Any]:
         out = dict(body)
         out["input"] = [*fixed, *messages_to_items(rendered.request["messages"])]
         if recall:
-            out["tools"] = [*(tools or []), recall_function("responses")]
-        if proxy.settings.window is not None and isinstance(max_out, int) and max_out > 0:
-            out["max_output_tokens"] = min(max_out, rendered.budget.output_reserve)
+            out["tools"] = [*tools, recall_function("responses")]
+        _capped(proxy, out, "max_output_tokens", turn, rendered)
         return out
 
     return await _exchange(
         proxy,
         request,
-        placed,
-        params,
-        model,
+        turn.placed,
+        turn.params,
+        body["model"],
         build,
         ResponsesStream,
         stream=body.get("stream") is True,
+        recall=recall,
     )
 
 
 async def chat_completions(proxy: Any, request: web.Request) -> web.StreamResponse:
     body = await _body(request)
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
+    if not isinstance(body.get("model"), str) or not body["model"]:
         raise invalid("model: a model is required")
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
@@ -414,48 +455,46 @@ async def chat_completions(proxy: Any, request: web.Request) -> web.StreamRespon
     fixed, rest = raw[:n], [_chat_system_turn(m) for m in raw[n:]]
     if not rest:
         return await proxy._plain(request, body)
-    await proxy.reachable(proxy.settings.openai_upstream)
-    tools = body.get("tools") if isinstance(body.get("tools"), list) else None
-    max_out = body.get("max_completion_tokens") or body.get("max_tokens")
-    placed = await proxy._place(
-        session_key(request.headers, body, raw[:3]),
-        rest,
-        request,
-        model,
-        decompose=_chat_specs,
-        config=SESSION_CONFIG,
-        wire="chat",
-    )
-    if placed is None:
-        return await proxy._plain(request, body)
-    system = "\n\n".join(_text(m.get("content")) for m in fixed) or None
-    params = _uncached(
-        proxy._params(
-            model,
-            max_out if isinstance(max_out, int) and max_out > 0 else 0,
-            system,
-            tools,
-            None,
-            placed.branch,
-            "openai",
-        )
-    )
     stream = body.get("stream") is True
-    recall = proxy.settings.recall and not stream  # a streamed call cannot be held back here
+    turn = await _placed(
+        proxy,
+        request,
+        body,
+        seed=raw[:3],
+        messages=rest,
+        decompose=from_openai,
+        wire="chat",
+        system="\n\n".join(_text(m.get("content")) for m in fixed) or None,
+        max_out=body.get("max_completion_tokens") or body.get("max_tokens"),
+        format="openai",
+        recall=False if stream else None,  # a streamed call cannot be held back here
+    )
+    if turn is None:
+        return await proxy._plain(request, body)
+    recall = proxy.recall_on(turn.placed) and not stream
+    tools = body.get("tools") if isinstance(body.get("tools"), list) else []
 
     def build(rendered: Any) -> dict[str, Any]:
         out = dict(body)
         sent = [m for m in rendered.request["messages"] if m.get("role") != "system"]
         out["messages"] = [*fixed, *sent]
         if recall:
-            out["tools"] = [*(tools or []), recall_function("chat")]
-        if proxy.settings.window is not None and isinstance(max_out, int) and max_out > 0:
-            key = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
-            out[key] = min(max_out, rendered.budget.output_reserve)
+            out["tools"] = [*tools, recall_function("chat")]
+        key = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+        _capped(proxy, out, key, turn, rendered)
         return out
 
-    params = _with_recall(params, recall)
-    return await _exchange(proxy, request, placed, params, model, build, ChatStream, stream=stream)
+    return await _exchange(
+        proxy,
+        request,
+        turn.placed,
+        turn.params,
+        body["model"],
+        build,
+        ChatStream,
+        stream=stream,
+        recall=recall,
+    )
 
 
 def _chat_system_turn(message: Any) -> Any:
@@ -463,22 +502,6 @@ def _chat_system_turn(message: Any) -> Any:
         text = _text(message.get("content"))
         return {"role": "user", "content": f"<system-reminder>\n{text}\n</system-reminder>"}
     return message
-
-
-def _chat_specs(messages: Any) -> list[Spec]:
-    return from_openai(messages)
-
-
-def _uncached(params: Any) -> Any:
-    import attrs
-
-    return attrs.evolve(params, spec=attrs.evolve(params.spec, cache=False))
-
-
-def _with_recall(params: Any, recall: bool) -> Any:
-    import attrs
-
-    return attrs.evolve(params, spec=attrs.evolve(params.spec, recall=recall))
 
 
 async def _body(request: web.Request) -> dict[str, Any]:
@@ -502,6 +525,7 @@ async def _exchange(
     stream_kind: type[StreamRelay],
     *,
     stream: bool,
+    recall: bool,
 ) -> web.StreamResponse:
     """Render, send, retry once after Tier 5, relay; the usage goes to the session."""
     rendered = await proxy._render(placed, params)
@@ -520,7 +544,7 @@ async def _exchange(
                         continue
                 proxy.counts["upstream_errors"] += 1
                 return web.Response(status=upstream.status, body=data, headers=_headers(upstream))
-            relay = stream_kind(recall=params.spec.recall is True)
+            relay = stream_kind(recall=recall)
             if stream:
                 response = web.StreamResponse(status=200, headers=_headers(upstream))
                 await response.prepare(request)
@@ -564,9 +588,7 @@ async def _exchange(
 
 
 def _headers(upstream: aiohttp.ClientResponse) -> dict[str, str]:
-    from .server import _response_headers
-
-    return _response_headers(upstream)
+    return response_headers(upstream)
 
 
 def overflow_of(status: int, data: bytes) -> Any:
@@ -637,6 +659,7 @@ class ResponsesStream(StreamRelay):
         self._sequence = 0
         self._completed: dict[str, Any] | None = None
         self._held_end: Event | None = None
+        self._id: str | None = None  # the first response's id, the one the client knows
 
     def _renumbered(self, event: Event, data: dict[str, Any]) -> bytes:
         data = dict(data)
@@ -651,7 +674,10 @@ class ResponsesStream(StreamRelay):
             return event.raw
         kind = data.get("type", "")
         if kind in ("response.created", "response.in_progress", "response.queued"):
-            return None if self.continuing else self._renumbered(event, data)
+            if self.continuing:
+                return None
+            self._id = (data.get("response") or {}).get("id", self._id)
+            return self._renumbered(event, data)
         if "output_index" in data:
             index = data["output_index"]
             if kind == "response.output_item.added":
@@ -680,6 +706,8 @@ class ResponsesStream(StreamRelay):
                 self._held_end = event
                 return None
             response["output"] = self.visible if self.recall else response.get("output")
+            if self._id is not None:  # one response for the client, whatever the rounds
+                response["id"] = self._id
             return self._renumbered(event, {**data, "response": response})
         return self._renumbered(event, data) if "sequence_number" in data else event.raw
 

@@ -131,19 +131,8 @@ class Relay:
         return event.raw
 
     def follow_up_calls(self) -> list[dict[str, Any]]:
-        """The recall calls to answer before the client may see the message end: all of this
-        stream's calls, when every one of them is `compactd_recall`."""
-        calls = [b for b in self.assembly.content if b.get("type") == "tool_use"]
-        if not self.recall or not calls or not all(is_recall_call(b) for b in calls):
-            return []
-        return calls
-
-    def mixed_recall_calls(self) -> list[dict[str, Any]]:
-        """Recall calls made beside the client's own (answered in the next request)."""
-        calls = [b for b in self.assembly.content if b.get("type") == "tool_use"]
-        if not self.recall or all(is_recall_call(b) for b in calls):
-            return []
-        return [b for b in calls if is_recall_call(b)]
+        """The recall calls to answer before the client may see the message end."""
+        return follow_up_calls(self.assembly.content, self.recall)
 
     def continue_with_next_stream(self) -> None:
         """The next upstream stream carries on this message for the client."""
@@ -158,6 +147,23 @@ class Relay:
     def reported(self) -> Assembly:
         """The stream whose usage describes the request compactd rendered."""
         return self.first or self.assembly
+
+
+def follow_up_calls(content: list[dict[str, Any]], recall: bool) -> list[dict[str, Any]]:
+    """A message's calls when every one of them is `compactd_recall` (the proxy answers them
+    and asks again), else none."""
+    calls = [b for b in content if b.get("type") == "tool_use"]
+    if not recall or not calls or not all(is_recall_call(b) for b in calls):
+        return []
+    return calls
+
+
+def mixed_recall_calls(content: list[dict[str, Any]], recall: bool) -> list[dict[str, Any]]:
+    """Recall calls made beside the client's own (answered in the next request)."""
+    calls = [b for b in content if b.get("type") == "tool_use"]
+    if not recall or all(is_recall_call(b) for b in calls):
+        return []
+    return [b for b in calls if is_recall_call(b)]
 
 
 def visible_content(content: list[dict[str, Any]], recall: bool) -> list[dict[str, Any]]:

@@ -37,29 +37,14 @@ from ..service.compaction import render_with_cascade
 from . import anthropic as api
 from . import openai as oai
 from .history import match, request_fingerprints, sorted_specs
+from .http import HOP_BY_HOP, Upstream, response_headers
 from .recall import answer, as_note
-from .relay import Relay, visible_content
+from .relay import Relay, follow_up_calls, mixed_recall_calls, visible_content
 from .sse import EventSplitter
 from .summarizer import AUTH_HEADERS, RELAYED_HEADERS, Credentials
 
 log = logging.getLogger("compactd.proxy")
 
-HOP_BY_HOP = frozenset(
-    {
-        "host",
-        "content-length",
-        "connection",
-        "keep-alive",
-        "transfer-encoding",
-        "te",
-        "trailer",
-        "upgrade",
-        "proxy-authorization",
-        "proxy-connection",
-        "accept-encoding",
-        "content-encoding",
-    }
-)
 MAX_FOLLOW_UPS = 3
 """Recall rounds one client request may take (the model asking again and again is a loop)."""
 FRESH_SECONDS = 30.0
@@ -73,7 +58,6 @@ class ProxySettings:
     anthropic_upstream: str = "https://api.anthropic.com"
     openai_upstream: str = "https://api.openai.com"
     window: int | None = None  # caps every request's window
-    recall: bool = True  # the proxy offers and answers `compactd_recall`
     upstream_timeout_seconds: float = 600.0
 
 
@@ -172,7 +156,7 @@ class Proxy:
         async with self._send("GET", base, request, None, {}) as upstream:
             data = await upstream.read()
             return web.Response(
-                status=upstream.status, body=data, headers=_response_headers(upstream)
+                status=upstream.status, body=data, headers=response_headers(upstream)
             )
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
@@ -202,38 +186,28 @@ class Proxy:
                     request.headers.get("anthropic-beta"), rendered.headers.get("anthropic-beta")
                 )
             }
-            upstream_cm = self._send(
+            async with self._send(
                 "POST", self.settings.anthropic_upstream, request, outgoing, headers
-            )
-            upstream = await upstream_cm.__aenter__()
-            try:
-                if upstream.status != 200:
-                    data = await upstream.read()
-                    overflow = _overflow(upstream.status, data)
-                    if overflow is not None and attempt == 0:
-                        self.counts["overflow_retries"] += 1
-                        log.info(
-                            "session %s: the upstream said the prompt is too long; Tier 5, "
-                            "then one retry",
-                            placed.session_id,
-                        )
-                        retried = await self._rerender(placed, params, overflow)
-                        if retried is not None:
-                            rendered = retried
-                            continue
-                    self.counts["upstream_errors"] += 1
-                    return web.Response(
-                        status=upstream.status, body=data, headers=_response_headers(upstream)
-                    )
-                if req.stream:
-                    return await self._stream_anthropic(
-                        request, upstream, req, rendered, placed, outgoing, headers
-                    )
-                return await self._json_anthropic(
-                    request, upstream, req, rendered, placed, outgoing, headers
+            ) as upstream:
+                if upstream.status == 200:
+                    relay = self._stream_anthropic if req.stream else self._json_anthropic
+                    return await relay(request, upstream, req, rendered, placed, outgoing, headers)
+                data = await upstream.read()
+            overflow = _overflow(upstream.status, data)
+            if overflow is not None and attempt == 0:
+                self.counts["overflow_retries"] += 1
+                log.info(
+                    "session %s: the upstream said the prompt is too long; Tier 5, then one retry",
+                    placed.session_id,
                 )
-            finally:
-                await upstream_cm.__aexit__(None, None, None)
+                retried = await self._rerender(placed, params, overflow)
+                if retried is not None:
+                    rendered = retried
+                    continue
+            self.counts["upstream_errors"] += 1
+            return web.Response(
+                status=upstream.status, body=data, headers=response_headers(upstream)
+            )
         raise AssertionError("unreachable")
 
     async def count_tokens(self, request: web.Request) -> web.StreamResponse:
@@ -254,7 +228,7 @@ class Proxy:
         ) as upstream:
             data = await upstream.read()
             return web.Response(
-                status=upstream.status, body=data, headers=_response_headers(upstream)
+                status=upstream.status, body=data, headers=response_headers(upstream)
             )
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
@@ -387,9 +361,13 @@ class Proxy:
             format=format,
             cache=format == "anthropic",
             cache_ttl=cache_ttl,
-            recall=self.settings.recall,
+            recall=None,  # the session's `recall` (on in the proxy unless configured off)
         )
         return RenderParams(view=ViewOptions(branch=branch), spec=spec)
+
+    def recall_on(self, placed: Placed) -> bool:
+        """Whether this session's requests carry `compactd_recall` (the proxy then answers it)."""
+        return self.engine.policy(self.engine.session(placed.session_id)).recall
 
     def window_for(self, model: str) -> int | None:
         """`--window` caps the model's own window; without it the model table decides."""
@@ -475,9 +453,9 @@ class Proxy:
         outgoing: dict[str, Any],
         headers: dict[str, str | None],
     ) -> web.StreamResponse:
-        response = web.StreamResponse(status=200, headers=_response_headers(upstream))
+        response = web.StreamResponse(status=200, headers=response_headers(upstream))
         await response.prepare(request)
-        relay = Relay(recall=self.settings.recall)
+        relay = Relay(recall=self.recall_on(placed))
         await _relay_stream(upstream, relay, response)
         body = outgoing
         for _ in range(MAX_FOLLOW_UPS):
@@ -497,7 +475,7 @@ class Proxy:
                     )
                     break
                 await _relay_stream(follow, relay, response)
-        self._keep_mixed(placed, relay)
+        self._keep_mixed(placed, relay.assembly.content, relay.recall)
         await response.write_eof()
         first = relay.reported
         applied = (first.context_management or {}).get("applied_edits")
@@ -518,14 +496,13 @@ class Proxy:
         try:
             message = orjson.loads(data)
         except orjson.JSONDecodeError:
-            return web.Response(status=200, body=data, headers=_response_headers(upstream))
+            return web.Response(status=200, body=data, headers=response_headers(upstream))
         first = message
+        recall = self.recall_on(placed)
         content = list(message.get("content") or [])
         body = outgoing
         for _ in range(MAX_FOLLOW_UPS):
-            relay = Relay(recall=self.settings.recall)
-            relay.assembly.blocks = dict(enumerate(message.get("content") or []))
-            calls = relay.follow_up_calls()
+            calls = follow_up_calls(message.get("content") or [], recall)
             if not calls:
                 break
             body = self._follow_up(body, message.get("content") or [], placed, calls)
@@ -536,14 +513,12 @@ class Proxy:
                     break
                 message = orjson.loads(await follow.read())
                 content = [*content, *(message.get("content") or [])]
-        relay = Relay(recall=self.settings.recall)
-        relay.assembly.blocks = dict(enumerate(content))
-        self._keep_mixed(placed, relay)
-        answer_body = {**message, "content": visible_content(content, self.settings.recall)}
+        self._keep_mixed(placed, content, recall)
+        answer_body = {**message, "content": visible_content(content, recall)}
         applied = (first.get("context_management") or {}).get("applied_edits")
         await self.report(placed, req.model, rendered, first.get("usage"), applied)
         return web.json_response(
-            answer_body, status=200, dumps=_dumps, headers=_response_headers(upstream, json=True)
+            answer_body, status=200, dumps=_dumps, headers=response_headers(upstream, json=True)
         )
 
     def _follow_up(
@@ -555,12 +530,7 @@ class Proxy:
     ) -> dict[str, Any]:
         """The request that answers the model's recall calls: the one just sent, its answer,
         and the results (neither reaches the client nor the session)."""
-        results = [answer(self.engine, placed.session_id, placed.branch, c) for c in calls]
-        log.info(
-            "session %s: answered %d compactd_recall call(s) inside the proxy",
-            placed.session_id,
-            len(calls),
-        )
+        results = self._answers(placed, calls)
         messages = [
             *body["messages"],
             {"role": "assistant", "content": content},
@@ -576,8 +546,9 @@ class Proxy:
         )
         return [answer(self.engine, placed.session_id, placed.branch, c) for c in calls]
 
-    def _keep_mixed(self, placed: Placed, relay: Relay) -> None:
-        calls = relay.mixed_recall_calls()
+    def _keep_mixed(self, placed: Placed, content: list[dict[str, Any]], recall: bool) -> None:
+        """Answer the recall calls made beside the client's own, for the next request."""
+        calls = mixed_recall_calls(content, recall)
         if calls:
             notes = [
                 as_note(c, answer(self.engine, placed.session_id, placed.branch, c)) for c in calls
@@ -633,7 +604,7 @@ class Proxy:
         if body is not None:
             headers["content-type"] = "application/json"
             data = orjson.dumps(body)
-        return _Upstream(self.http, method, url, headers, data, lambda: self.answered(base))
+        return Upstream(self.http, method, url, headers, data, lambda: self.answered(base))
 
     async def _plain(self, request: web.Request, body: Any) -> web.StreamResponse:
         """A request the proxy could not manage, sent on unchanged and relayed as it comes."""
@@ -644,53 +615,13 @@ class Proxy:
         )
         async with self._send("POST", base, request, body, {}) as upstream:
             response = web.StreamResponse(
-                status=upstream.status, headers=_response_headers(upstream)
+                status=upstream.status, headers=response_headers(upstream)
             )
             await response.prepare(request)
             async for chunk in upstream.content.iter_any():
                 await response.write(chunk)
             await response.write_eof()
             return response
-
-
-class _Upstream:
-    """`async with` one upstream request; a refused connection is the API's 502, never a
-    traceback, and never names the request's headers."""
-
-    def __init__(
-        self,
-        http: aiohttp.ClientSession,
-        method: str,
-        url: str,
-        headers: dict[str, str],
-        data: bytes | None,
-        on_answer: Callable[[], None],
-    ) -> None:
-        self._cm = http.request(method, url, headers=headers, data=data)
-        self._url = url.split("?", 1)[0]
-        self._on_answer = on_answer
-
-    async def __aenter__(self) -> aiohttp.ClientResponse:
-        try:
-            response = await self._cm.__aenter__()
-            self._on_answer()
-            return response
-        except aiohttp.ClientConnectorError as exc:
-            raise api.ApiError(
-                502,
-                "api_error",
-                f"compactd's proxy could not reach the upstream at {self._url}: "
-                f"{exc.os_error.strerror or exc.os_error}",
-            ) from None
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise api.ApiError(
-                502,
-                "api_error",
-                f"compactd's proxy lost the upstream at {self._url}: {type(exc).__name__}",
-            ) from None
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._cm.__aexit__(*exc)
 
 
 async def _relay_stream(
@@ -732,15 +663,6 @@ async def _json_body(request: web.Request) -> Any:
         raise api.invalid(
             "There was an error parsing the body of your request: invalid JSON"
         ) from None
-
-
-def _response_headers(upstream: aiohttp.ClientResponse, json: bool = False) -> dict[str, str]:
-    """The upstream's headers the client should see (its request id above all)."""
-    out = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
-    if json:
-        out.pop("Content-Type", None)
-        out.pop("content-type", None)
-    return out
 
 
 def _overflow(status: int, data: bytes) -> Any:

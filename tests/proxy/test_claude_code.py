@@ -70,7 +70,22 @@ def tally(requests: list[dict[str, Any]]) -> dict[str, Any]:
     """What the upstream saw of one run."""
     messages = [r for r in requests if r["path"] == "/v1/messages"]
     answered = [r for r in messages if r["status"] == 200]
+    edits = [  # of the agent's own requests (compactd's summary calls carry none)
+        [e["type"] for e in (r["body"].get("context_management") or {}).get("edits", [])]
+        for r in messages
+        if offers_bash(r["body"])
+    ]
+    compactd_summaries = [
+        r for r in messages if not offers_bash(r["body"]) and not is_agent_summary(r["body"])
+    ]
     return {
+        "edits": edits,
+        "summary_keys": {  # the SDK compactd asks with sends the key as a bearer token
+            r["headers"].get("x-api-key")
+            or r["headers"].get("authorization", "").removeprefix("Bearer ")
+            for r in compactd_summaries
+        },
+        "compactd_summaries": len(compactd_summaries),
         "requests": len(messages),
         "rejected": [r["status"] for r in messages if r["status"] != 200],
         "largest": max(seen(r["body"]) for r in messages),
@@ -120,6 +135,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 "returncode": proxy.returncode if proxy else 0,
                 "data": base / "data",
             }
+    for way in ("direct", "proxy"):  # the figures the README quotes (`pytest -s`)
+        for run in ("first", "resumed"):
+            seen = out[way][f"{run}_seen"]
+            keys = ("requests", "rejected", "largest", "input_tokens")
+            print(f"{CLAUDE.name} {way} {run}:", {k: seen[k] for k in keys if k in seen})
     return out
 
 
@@ -142,6 +162,24 @@ def test_through_the_proxy_the_session_completes_under_the_window(
     assert upstream["rejected"] == []  # no 400: neither over the window nor broken pairing
     assert upstream["largest"] <= WINDOW
     assert upstream["agent_summaries"] == 0  # Claude Code never had to compact it itself
+
+
+def test_through_the_proxy_the_client_s_edits_are_kept_and_tier_1_s_merged(
+    runs: dict[str, Any],
+) -> None:
+    """Claude Code's own `clear_thinking` edit rides on every request, first; compactd's
+    server-side clear joins it once Tier 1 decides (the upstream refuses any other order)."""
+    edits = runs["proxy"]["first_seen"]["edits"]
+    assert all(e and e[0] == "clear_thinking_20251015" for e in edits)
+    assert any("clear_tool_uses_20250919" in e for e in edits)
+
+
+def test_compactd_s_summaries_go_to_the_upstream_with_the_client_s_key(
+    runs: dict[str, Any],
+) -> None:
+    seen = runs["proxy"]["first_seen"]
+    assert seen["compactd_summaries"] >= 1
+    assert seen["summary_keys"] == {API_KEY}
 
 
 @pytest.mark.parametrize("run", ["first", "resumed"])

@@ -140,6 +140,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 "returncode": proxy.returncode if proxy else 0,
                 "data": base / "data",
             }
+    for way in ("direct", "proxy"):  # the figures the README quotes (`pytest -s`)
+        for run in ("first", "resumed"):
+            seen = out[way][f"{run}_seen"]
+            keys = ("requests", "rejected", "largest", "input_tokens")
+            print(f"{CODEX.name} {way} {run}:", {k: seen[k] for k in keys if k in seen})
     return out
 
 

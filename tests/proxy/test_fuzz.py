@@ -62,7 +62,11 @@ requests = st.fixed_dictionaries(
 header_names = st.sampled_from(
     ["x-claude-code-session-id", "anthropic-beta", "session-id", "x-api-key", "user-agent"]
 )
-header_values = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=30)
+header_values = (
+    st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=30)
+    .map(str.strip)
+    .filter(bool)  # what an HTTP client can send at all
+)
 
 
 def _refused(response: Any, path: str) -> None:

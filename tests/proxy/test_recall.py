@@ -136,3 +136,56 @@ def test_a_recall_beside_the_client_s_calls_reaches_the_next_request(
     assert last[0]["type"] == "tool_result" and last[0]["tool_use_id"] == "toolu_ls"
     note = " ".join(b.get("text", "") for b in last if b["type"] == "text")
     assert f"compactd_recall {handle}" in note and LINES[201] in note
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_that_only_recall_are_answered_inside_the_proxy(
+    proxy: ProxyProcess, fakes: tuple[FakeAnthropic, FakeOpenAI], stream: bool
+) -> None:
+    """The same on the Responses API (what Codex speaks): the held-back call is answered and
+    the client gets one response whose output holds no `compactd_recall` call."""
+    import openai
+
+    fake = fakes[1]
+    key = f"responses-recall-{stream}"
+    items: list[dict[str, Any]] = [
+        {"type": "message", "role": "user", "content": "read the settings file"},
+        {
+            "type": "function_call",
+            "call_id": f"call_{key}",
+            "name": "exec_command",
+            "arguments": '{"cmd": "cat settings"}',
+        },
+        {"type": "function_call_output", "call_id": f"call_{key}", "output": "\n".join(LINES)},
+    ]
+    client = openai.OpenAI(base_url=f"{proxy.base_url}/v1", api_key=KEY, max_retries=0)
+    fake.queue.append({"kind": "text", "text": "A long file."})
+    client.responses.create(model="gpt-5-codex", input=items, prompt_cache_key=key)
+    sent = orjson.dumps(fake.records[-1]["body"]["input"]).decode()
+    (handle,) = set(HANDLE.findall(sent))
+    items += [
+        {"type": "message", "role": "assistant", "content": "A long file."},
+        {"type": "message", "role": "user", "content": "what is setting 201?"},
+    ]
+    fake.queue.append(
+        {
+            "kind": "call",
+            "name": "compactd_recall",
+            "call_id": "call_rc",
+            "arguments": {"handle": handle, "startLine": 202, "endLine": 202},
+        }
+    )
+    fake.queue.append({"kind": "text", "text": "Setting 201 is 1407."})
+    before = len(fake.records)
+    if stream:
+        with client.responses.stream(
+            model="gpt-5-codex", input=items, prompt_cache_key=key
+        ) as events:
+            answer = events.get_final_response()
+    else:
+        answer = client.responses.create(model="gpt-5-codex", input=items, prompt_cache_key=key)
+    assert answer.output_text == "Setting 201 is 1407."
+    assert all(getattr(item, "name", None) != "compactd_recall" for item in answer.output)
+    _asked, follow_up = fake.records[before:]
+    outputs = [i for i in follow_up["body"]["input"] if i.get("type") == "function_call_output"]
+    assert outputs[-1]["call_id"] == "call_rc" and LINES[201] in outputs[-1]["output"]
