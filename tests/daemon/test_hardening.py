@@ -91,15 +91,7 @@ async def after(daemon: RawDaemon, data: bytes, replies: int | None = None) -> l
     daemon.write(data + frame(probe))
     await daemon.drain()
     answer = await daemon.response(f"probe-{n}", start=start)
-    if replies is None:
-        got = daemon.replies_since(start)
-        return got[: got.index(answer)]
-
-    def others() -> list[dict[str, Any]]:
-        return [r for r in daemon.replies_since(start) if r is not answer]
-
-    await daemon.wait_for(lambda _: len(others()) >= replies, start=start)
-    return others()[:replies]
+    return await daemon.replies_besides(answer, start, replies)
 
 
 def count_appends(data_dir: Path, sid: str) -> int:

@@ -81,15 +81,7 @@ async def exchange(
     await daemon.drain()
     probe = await daemon.response(f"probe-{n}", start=start)
     assert probe["result"]["dataDir"], "the daemon must still serve after malformed input"
-    if replies is None:
-        got = daemon.replies_since(start)
-        return got[: got.index(probe)]
-
-    def others() -> list[dict[str, Any]]:
-        return [r for r in daemon.replies_since(start) if r is not probe]
-
-    await daemon.wait_for(lambda _: len(others()) >= replies, start=start)
-    return others()[:replies]
+    return await daemon.replies_besides(probe, start, replies)
 
 
 def assert_error(reply: dict[str, Any], code: int, msg_id: Any) -> None:
