@@ -176,9 +176,8 @@ def register(server: Any, app: App) -> None:
         reported = engine.take_overflow(p.session_id)
         if p.cascade or p.overflow is not None or reported is not None:
             rendered, events = await render_with_cascade(
-                app, p.session_id, params, p.overflow, reported, p.work_done_token
+                app, p.session_id, params, p.overflow, reported, p.work_done_token, touch=True
             )
-            await app.run(p.session_id, app.touch)
         else:
 
             def work(session: Session) -> Rendered:

@@ -26,6 +26,7 @@ from ..context.errors import InvalidContent, ProviderFailure, Stopped
 from ..context.policy import policy_from_config
 from ..context.render.request import Rendered
 from ..context.replay import ReplayOptions, ReplayReport, replay
+from ..context.session import Session
 from ..context.stores import FileStore
 from ..context.summarizer.driver import drive as drive_sync
 from ..context.summarizer.types import Answer, Steps, SummaryFailure, SummaryNeeded
@@ -48,12 +49,16 @@ class _Done:
     value: Any
 
 
+Start = Callable[[], tuple[str | None, Steps[T]]]
+"""What a drive begins with, in the session's turn: the summary provider to answer with, and
+the steps (a cascade, a preparation)."""
+
+
 async def drive(
     app: App,
     session_id: str,
-    start: Callable[[], Steps[T]],
+    start: Start[T],
     *,
-    provider: str | None,
     token: str | None = None,
     title: str = "compactd: compacting",
     describe: Callable[[SummaryNeeded, int], str] = lambda need, n: (
@@ -61,16 +66,18 @@ async def drive(
     ),
 ) -> T:
     """Run the steps `start()` makes to their end, each stretch in the worker in the
-    session's turn, answering each summary request with `provider` and reporting it as
-    `$/progress` on the client's `token`."""
+    session's turn (one hop for a cascade that needs no summary), answering each summary
+    request with the provider `start` named and reporting it as `$/progress` on the client's
+    `token`."""
     calls = 0
     steps: Steps[T] | None = None
+    provider: str | None = None
 
     def advance(reply: Answer | None) -> SummaryNeeded | _Done:
-        nonlocal steps
+        nonlocal steps, provider
         try:
             if steps is None:
-                steps = start()
+                provider, steps = start()
                 return next(steps)
             return steps.send(reply)
         except StopIteration as stop:
@@ -93,18 +100,39 @@ async def drive(
 
 
 async def cascade(
-    app: App, session_id: str, start: Callable[[], Steps[Outcome]], token: str | None
-) -> Outcome:
-    """One cascade, under the session's lock; every change it made is notified."""
-    provider = await app.run(session_id, app.engine.provider_for)
+    app: App,
+    session_id: str,
+    make: Callable[[Session], Steps[Outcome]],
+    token: str | None,
+    *,
+    touch: bool = False,
+) -> tuple[Outcome, str | None]:
+    """One cascade, under the session's lock; every change it made is notified. `touch`: the
+    client's activity is kept in the same stretch as the cascade's end (`App.touch`). Returns
+    the outcome and the summary provider it was given."""
+    provider: str | None = None
+
+    def start() -> tuple[str | None, Steps[Outcome]]:
+        nonlocal provider
+        session = app.session(session_id)  # loaded, caught up, and in use
+
+        def steps() -> Steps[Outcome]:
+            outcome = yield from make(session)
+            if touch:
+                app.touch(session)
+            return outcome
+
+        provider = app.engine.provider_for(session)
+        return provider, steps()
+
     async with app.registry.lock(session_id):
-        outcome = await drive(app, session_id, start, provider=provider, token=token)
+        outcome = await drive(app, session_id, start, token=token)
     for event in outcome.events:
         if event.applied:
             app.notify_compacted(session_id, event)
     if outcome.record_ids:
         settle()  # what the compaction left is long-lived: out of the collector's full passes
-    return outcome
+    return outcome, provider
 
 
 async def answer_one(
@@ -135,9 +163,11 @@ async def render_with_cascade(
     overflow: ProviderError | None,
     reported: Overflow | None,
     token: str | None,
+    *,
+    touch: bool = False,
 ) -> tuple[Rendered, list[TierEvent]]:
     """The cascade for one render; `overflow` (given with the render) takes precedence over
-    `reported` (what `context/reportUsage` kept for this render)."""
+    `reported` (what `context/reportUsage` kept for this render). `touch`: see `cascade`."""
     parsed = parse_overflow(overflow.status, overflow.message) if overflow else reported
     if overflow is not None and parsed is None:
         raise InvalidContent(
@@ -145,8 +175,12 @@ async def render_with_cascade(
             "(HTTP 413, or 400 'prompt is too long: N tokens > M maximum')",
             field="overflow",
         )
-    outcome = await cascade(
-        app, session_id, lambda: app.engine.cascade(session_id, params, overflow=parsed), token
+    outcome, _provider = await cascade(
+        app,
+        session_id,
+        lambda session: app.engine.cascade(session.id, params, overflow=parsed),
+        token,
+        touch=touch,
     )
     return outcome.rendered, outcome.events
 
@@ -156,10 +190,12 @@ async def compact(
 ) -> CompactResult:
     """`/compact`: Tier 4 now. A failure or no gain is a result (applied=false) with the
     reason, not an error; nothing is written then."""
-    outcome = await cascade(
+    outcome, provider = await cascade(
         app,
         session_id,
-        lambda: app.engine.cascade(session_id, params, manual=True, instructions=instructions),
+        lambda session: app.engine.cascade(
+            session.id, params, manual=True, instructions=instructions
+        ),
         token,
     )
     summary = next((e for e in outcome.events if e.tier == "summary"), None)
@@ -171,7 +207,7 @@ async def compact(
         tokens_before=outcome.tokens_before,
         tokens_after=outcome.rendered.total,
         reason=summary.reason if summary else "nothing to summarize",
-        provider=await app.run(session_id, app.engine.provider_for),
+        provider=provider,
         covered_turns=summary.details.get("coveredTurns", 0) if applied and summary else 0,
     )
 
@@ -181,14 +217,24 @@ async def prepare_summary(app: App, session_id: str, params: RenderParams) -> bo
     stays in memory and the next cascade commits it only for an identical source range. It
     holds no lock — renders, appends and compactions go on meanwhile; what it prepared is kept
     only if its range is still current when it is done."""
-    steps = await app.run(session_id, lambda session: app.engine.prepare(session.id, params))
-    if steps is None:
-        return False
-    provider = await app.run(session_id, app.engine.provider_for)
-    prepared = await drive(app, session_id, lambda: steps, provider=provider)
+
+    def start() -> tuple[str | None, Steps[bool]]:
+        # the engine's session, not the registry's: preparing is no use, so it never keeps
+        # an idle session from being evicted
+        session = app.engine.session(session_id)
+        steps = app.engine.prepare(session_id, params)
+        return app.engine.provider_for(session), steps if steps is not None else _nothing()
+
+    prepared = await drive(app, session_id, start)
     if not prepared:
         log.info("no background summary prepared for %s", session_id)
     return prepared
+
+
+def _nothing() -> Steps[bool]:
+    """Steps that ask for no summary and prepare nothing."""
+    return False
+    yield  # a generator
 
 
 async def replay_transcript(app: App, p: ReplayParams) -> dict[str, Any]:
