@@ -15,9 +15,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## make run — import a bundled real Claude Code transcript through the daemon and show its context panel
-## (into a fresh data dir each time: the cascade it shows writes its records, so a second run would
-## otherwise start from a compacted session)
+## make run — import a bundled real Claude Code transcript through the daemon and show its context panel,
+## then the cascade as a preview (it writes nothing); into a fresh data dir each time, so what it shows
+## is this version's import, never a session an older one left
 run: $(STAMP)
 	@rm -rf $(RUN_DATA) && mkdir -p $(RUN_DATA)
 	COMPACTD_DATA_DIR=$(RUN_DATA) COMPACTD_SUMMARY_PROVIDER=digest $(BIN)/compactd demo tests/data/transcripts/claude-code/64da7265-8f07-4967-b79f-0ae374c13330.jsonl

@@ -4,8 +4,9 @@ protocol. `compactd.main` routes `serve` to the daemon; this module imports only
 
 One set of global options works before or after the command (`--summary-provider`, `--set`,
 `--config`, `--data-dir`, `-v`, `-q`), and options and free text mix in any order. Exit codes:
-0 done, 1 done but not good (over the limit, nothing compacted, summaries failed), 2 an error
-(bad input, unknown session, bad config), 3 the daemon died, 130 interrupted.
+0 done, 1 done but not good (over the limit, nothing compacted or snipped, summaries
+failed), 2 an error (bad input, unknown session, bad config), 3 the daemon died, 130
+interrupted.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..protocol.convert import structure, unstructure
-from ..protocol.types import ImportResult
+from ..protocol.types import CompactionEvent, ImportResult, RenderResult
 from .client import AnsweredDespiteCancel, CompactdClient, RpcError
 from .panel import build_panel
 
@@ -87,6 +88,20 @@ def _warn(ns: argparse.Namespace, warnings: list[str], always: bool = False) -> 
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     if len(shown) < len(warnings):
         console.print(f"… {len(warnings) - len(shown)} more warning(s) (-v shows them)")
+
+
+# the daemon's words for request parameters, and the flags that set them here
+CLI_WORDS = {"window and maxOutputTokens": "--window and --max-output-tokens"}
+
+
+def in_cli_words(warnings: list[str]) -> list[str]:
+    """The daemon's warnings with its parameter names as this command's flags."""
+    out = []
+    for warning in warnings:
+        for wire, flags in CLI_WORDS.items():
+            warning = warning.replace(wire, flags)
+        out.append(warning)
+    return out
 
 
 def _print_json(value: Any) -> None:
@@ -184,8 +199,21 @@ async def cmd_sessions(ns: argparse.Namespace, client: CompactdClient) -> int:
 
 
 async def cmd_context(ns: argparse.Namespace, client: CompactdClient) -> int:
+    if ns.cascade:  # the panel of the request the cascade makes (written unless --dry-run)
+        result = await _cascade_render(ns, client)
+        _warn(ns, in_cli_words(result.warnings), always=True)
+        if ns.json:
+            _print_json(unstructure(result.tokens) | {"events": unstructure(result.events)})
+            return EXIT_OK
+        console = Console(force_terminal=ns.color)
+        if ns.dry_run:
+            console.print("[bold]The cascade, as a preview: nothing was written[/bold]")
+        _print_events(console, result.events)
+        title = f"\nContext of {ns.session} after the cascade"
+        console.print(build_panel(unstructure(result.tokens), title=title))
+        return EXIT_OK
     measure = await client.measure(ns.session, branch=ns.branch, **_budget(ns))
-    _warn(ns, measure.warnings, always=True)
+    _warn(ns, in_cli_words(measure.warnings), always=True)
     data = unstructure(measure)
     if ns.json:
         _print_json(data)
@@ -194,17 +222,33 @@ async def cmd_context(ns: argparse.Namespace, client: CompactdClient) -> int:
     return EXIT_OK
 
 
-async def cmd_render(ns: argparse.Namespace, client: CompactdClient) -> int:
+async def _cascade_render(ns: argparse.Namespace, client: CompactdClient) -> RenderResult:
     async with daemon_progress(ns, client, "rendering") as token:
-        result = await client.render(
+        return await client.render(
             ns.session,
             branch=ns.branch,
-            format=ns.format,
+            format=getattr(ns, "format", "anthropic"),
             cascade=ns.cascade,
+            dry_run=ns.dry_run,
             work_done_token=token if ns.cascade else None,
             **_budget(ns),
         )
-    _warn(ns, result.warnings, always=True)
+
+
+def _print_events(console: Console, events: list[CompactionEvent]) -> None:
+    """One line per tier event: ✓ what it did (in a preview: would do), · why it did not."""
+    for event in events:
+        mark = "✓" if event.applied else "·"
+        console.print(
+            f"{mark} {event.tier}: {escape(event.reason)} "
+            f"({event.tokens_before:,} → {event.tokens_after:,})",
+            highlight=False,
+        )
+
+
+async def cmd_render(ns: argparse.Namespace, client: CompactdClient) -> int:
+    result = await _cascade_render(ns, client)
+    _warn(ns, in_cli_words(result.warnings), always=True)
     tokens = result.tokens
     if ns.json:
         _print_json(unstructure(result))
@@ -212,14 +256,9 @@ async def cmd_render(ns: argparse.Namespace, client: CompactdClient) -> int:
         print(
             f"{len(result.request.get('messages', []))} messages, {tokens.total:,} tokens of "
             f"{tokens.limit:,} ({tokens.window:,} window − {tokens.output_reserve:,} "
-            "output reserve)"
+            "output reserve)" + (" — a preview: nothing was written" if ns.dry_run else "")
         )
-        for event in result.events:
-            mark = "✓" if event.applied else "·"
-            print(
-                f"{mark} {event.tier}: {event.reason} "
-                f"({event.tokens_before:,} → {event.tokens_after:,})"
-            )
+        _print_events(Console(soft_wrap=True, force_terminal=ns.color), result.events)
     if tokens.total > tokens.limit:
         _warn(
             ns,
@@ -243,15 +282,27 @@ async def cmd_snip(ns: argparse.Namespace, client: CompactdClient) -> int:
             f"{'snipped' if result.applied else 'nothing snipped'}: {result.reason} "
             f"({result.tokens_before:,} → {result.tokens_after:,} tokens)"
         )
-    return EXIT_OK
+    return EXIT_OK if result.applied else EXIT_NOT_GOOD  # as `compact`: nothing changed
 
 
 async def cmd_compact(ns: argparse.Namespace, client: CompactdClient) -> int:
     instructions = " ".join(ns.instructions) or None
-    async with daemon_progress(ns, client, "compacting") as token:
-        result = await client.compact(
-            ns.session, instructions, branch=ns.branch, work_done_token=token, **_budget(ns)
+    try:
+        async with daemon_progress(ns, client, "compacting") as token:
+            result = await client.compact(
+                ns.session, instructions, branch=ns.branch, work_done_token=token, **_budget(ns)
+            )
+    except RpcError as exc:
+        if not over_call_limit(exc):
+            raise
+        print(f"compactd: {exc.message}", file=sys.stderr)
+        print(
+            f"compactd: `compactd render {ns.session} --cascade` runs the cheaper tiers first "
+            "(it clears old tool results), which leaves less to summarize; or allow more "
+            "calls: --set summaryMaxCalls=N",
+            file=sys.stderr,
         )
+        return EXIT_ERROR
     if ns.json:
         _print_json(unstructure(result))
     else:
@@ -262,23 +313,38 @@ async def cmd_compact(ns: argparse.Namespace, client: CompactdClient) -> int:
     return EXIT_OK if result.applied else EXIT_NOT_GOOD
 
 
+def over_call_limit(exc: RpcError) -> bool:
+    """The summary would take more calls than `summaryMaxCalls` (a failure of its own, or
+    the reason a `/compact` cannot fit)."""
+    data = exc.data if isinstance(exc.data, dict) else {}
+    events = [e for e in data.get("events") or [] if isinstance(e, dict)]
+    return data.get("failure") == "call_limit" or any(
+        (e.get("details") or {}).get("failure") == "call_limit" for e in events
+    )
+
+
 async def cmd_demo(ns: argparse.Namespace, client: CompactdClient) -> int:
     """`make run`: import a real transcript through the daemon, show its panel, then what the
-    cascade does to it in a smaller window."""
+    cascade would do to it in a smaller window (a preview, so a second run shows the same)."""
     async with daemon_progress(ns, client, f"importing {Path(ns.path).name}") as token:
         result = await client.import_transcript(ns.path, work_done_token=token)
     console = Console(force_terminal=ns.color)
-    for sid in result.session_ids:
+    count = len(result.session_ids)
+    for i, sid in enumerate(result.session_ids):
+        # named by the transcript, not by the id (new at each import): the same every time
+        name = Path(ns.path).name + (f" ({i + 1} of {count})" if count > 1 else "")
         measure = await client.measure(sid, window=ns.window)
-        console.print(build_panel(unstructure(measure), title=f"Session {sid}"))
+        console.print(build_panel(unstructure(measure), title=name))
         if ns.then_window:
-            out = await client.render(sid, window=ns.then_window, cascade=True)
-            console.print(f"\n[bold]The next request at a {ns.then_window:,}-token window[/bold]")
-            for event in out.events:
-                mark = "✓" if event.applied else "·"
-                console.print(f" {mark} {event.tier}: {escape(event.reason)}")
-            after = await client.measure(sid, window=ns.then_window)
-            console.print(build_panel(unstructure(after), title=f"Session {sid} after the cascade"))
+            # a preview: the session stays as imported, so the demo shows the same every time
+            out = await client.render(sid, window=ns.then_window, cascade=True, dry_run=True)
+            console.print(
+                f"\n[bold]The next request at a {ns.then_window:,}-token window[/bold] "
+                "(a preview: nothing is written)"
+            )
+            _print_events(console, out.events)
+            title = f"\n{name} after the cascade"
+            console.print(build_panel(unstructure(out.tokens), title=title))
     return EXIT_OK
 
 
@@ -327,7 +393,8 @@ def _global_options(p: argparse.ArgumentParser, suppress: bool) -> None:
         choices=PROVIDERS,
         default=default,
         help="who writes summaries: anthropic (needs ANTHROPIC_API_KEY), client, or digest "
-        "(offline); default $COMPACTD_SUMMARY_PROVIDER, else none (replay: digest)",
+        "(offline); default $COMPACTD_SUMMARY_PROVIDER, else anthropic when ANTHROPIC_API_KEY "
+        "is set, else none (replay: digest)",
     )
     p.add_argument(
         "--summary-model",
@@ -386,11 +453,28 @@ def _session_args(p: argparse.ArgumentParser, budget: bool = True) -> None:
     p.add_argument("--json", action="store_true", help="print the daemon's answer as JSON")
 
 
+def _cascade_args(p: argparse.ArgumentParser, cascade: str) -> None:
+    p.add_argument("--cascade", action="store_true", help=cascade)
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        dest="dry_run",
+        help="a preview: show what the cascade would do and write nothing (a summary is "
+        "still asked of the summary provider)",
+    )
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stdio",
         action="store_true",
         help="talk JSON-RPC on stdin/stdout (the only transport; accepted as LSP clients pass it)",
+    )
+    parser.add_argument(
+        "--no-idle-work",
+        action="store_true",
+        help="do no idle work and prepare no summaries in the background (the daemon of a "
+        "CLI preview, which only looks)",
     )
     add_service_arguments(parser)
 
@@ -506,6 +590,7 @@ def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPars
     p.add_argument("--json", action="store_true", help="print the daemon's answer as JSON")
     out["context"] = p = add("context", "the context panel of a session")
     _session_args(p)
+    _cascade_args(p, "the panel after the cascade has run (it writes its records)")
     out["render"] = p = add("render", "render the next request of a session")
     _session_args(p)
     p.add_argument(
@@ -514,7 +599,7 @@ def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPars
         default="anthropic",
         help="the provider's request format",
     )
-    p.add_argument("--cascade", action="store_true", help="run the cascade first")
+    _cascade_args(p, "run the cascade first (it writes its records)")
     out["snip"] = p = add("snip", "remove the oldest turns down to a target")
     _session_args(p)
     p.add_argument("--target", type=int, help="target tokens (default: the cascade target)")
@@ -659,18 +744,40 @@ async def _resolve_session(ns: argparse.Namespace, client: CompactdClient) -> No
     ns.session = matches[0]
 
 
+def default_provider(ns: argparse.Namespace) -> str | None:
+    """The summary provider of the daemon a command spawns: `--summary-provider`, else
+    $COMPACTD_SUMMARY_PROVIDER (the daemon reads it), else anthropic when ANTHROPIC_API_KEY
+    is set — a user with a key expects `compact` to work — else none."""
+    if ns.summary_provider or os.environ.get("COMPACTD_SUMMARY_PROVIDER"):
+        return ns.summary_provider
+    return "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else None
+
+
 def daemon_args(ns: argparse.Namespace) -> list[str]:
     """The `serve` options a client command passes on to the daemon it spawns."""
     args: list[str] = []
-    for flag in ("store", "summary_provider", "summary_model"):
-        value = getattr(ns, flag, None)
+    provider = default_provider(ns)
+    for flag, value in (
+        ("--store", ns.store),
+        ("--summary-provider", provider),
+        ("--summary-model", ns.summary_model),
+    ):
         if value:
-            args += [f"--{flag.replace('_', '-')}", value]
+            args += [flag, value]
     if ns.session_config:
         args += ["--config", orjson.dumps(ns.session_config).decode()]
     if ns.verbose >= 2:
         args += ["--log-level", "INFO"]
+    if previews(ns):  # a view writes nothing: not even the idle work its first look would do
+        args.append("--no-idle-work")
     return args
+
+
+def previews(ns: argparse.Namespace) -> bool:
+    """A command that only looks: `context`, `sessions`, `demo`'s panels, `--dry-run`."""
+    if getattr(ns, "dry_run", False) or ns.command in ("sessions", "demo"):
+        return True
+    return ns.command == "context" and not ns.cascade
 
 
 async def _run_client(ns: argparse.Namespace) -> int:

@@ -433,6 +433,7 @@ class CompactdClient:
         response_schema: Json | None = None,
         format: t.Format = "anthropic",
         cascade: bool = False,
+        dry_run: bool = False,
         cache: bool = True,
         cache_ttl: Literal["5m", "1h"] | None = None,
         overflow: t.ProviderError | Json | None = None,
@@ -446,7 +447,8 @@ class CompactdClient:
     ) -> t.RenderResult:
         """The next request (`request`, sent with `headers`), its size (`tokens`) and what the
         cascade did (`events`); `overflow` is the provider's prompt-too-long error, to run
-        Tier 5; `fallback_models`: the request must fit each of them too."""
+        Tier 5; `fallback_models`: the request must fit each of them too; `dry_run`: a
+        preview that writes nothing."""
         params = wire_params(t.RenderParams, locals())
         return await self.call(m.CONTEXT_RENDER, params, t.RenderResult)
 

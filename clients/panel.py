@@ -34,7 +34,8 @@ def grid_cells(categories: dict[str, int], window: int) -> list[str]:
     add up to the window and every non-empty category gets its fair share)."""
     order = [k for k in CATEGORY_STYLE if k != "free"]
     used = {k: max(0, int(categories.get(k, 0))) for k in order}
-    exact = {k: used[k] * GRID_CELLS / window if window else 0 for k in order}
+    scale = max(window, sum(used.values()))  # over-full: the cells show its makeup
+    exact = {k: used[k] * GRID_CELLS / scale if scale else 0 for k in order}
     cells = {k: int(v) for k, v in exact.items()}
     budget = GRID_CELLS - sum(cells.values())
     for k in sorted(order, key=lambda k: exact[k] - cells[k], reverse=True):
@@ -73,9 +74,21 @@ def build_panel(measure: dict[str, Any], title: str = "Context") -> Group:
         value = int(categories.get(key, 0))
         if value == 0 and key not in ("free", "output_reserve"):
             continue
+        if key == "free" and value < 0:  # no free space: say by how much it is over
+            label, colour, value = "Over the limit by", "bold red", -value
         share = 100 * value / window if window else 0.0
         table.add_row(Text(glyph, style=colour), label, f"{value:,}", f"{share:.1f}%")
     lines: list[Any] = [heading, grid, table]
+    free = int(categories.get("free", 0))
+    if free < 0:
+        reserve = int(categories.get("output_reserve", 0))
+        lines.append(
+            Text(
+                f"The request is {-free:,} tokens over its limit of {window - reserve:,} "
+                f"(window {window:,} − output reserve {reserve:,}).",
+                style="bold red",
+            )
+        )
     advice = measure.get("advice")
     if advice:
         lines.append(Text(str(advice), style="italic"))

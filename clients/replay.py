@@ -8,6 +8,10 @@ draws the picture.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -16,6 +20,7 @@ from rich.table import Table
 
 from .client import CompactdClient
 
+PLOT_NEEDS = "needs matplotlib (in a clone: pip install '.[plot]', or pip install matplotlib)"
 TIER_COLOURS = {
     "microcompact": "tab:orange",
     "snip": "tab:red",
@@ -26,6 +31,8 @@ TIER_COLOURS = {
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = EXPLAINED  # the table's terms, laid out as written
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("path", help="a transcript (Claude Code, Codex, OpenHands, SWE-agent)")
     p.add_argument("--window", type=int, help="context window (default: the model's)")
     p.add_argument(
@@ -55,7 +62,12 @@ async def run_replay(
     ns: argparse.Namespace, client: CompactdClient, token: str | None = None
 ) -> int:
     """Exit 1 when a summary provider failed during the replay: its figures then describe a
-    run without those summaries, which is not what was asked for."""
+    run without those summaries, which is not what was asked for. A `--plot` that could not
+    be written is said before the replay runs (exit 2)."""
+    problem = ns.plot and plot_problem(ns.plot)
+    if problem:
+        print(f"compactd: --plot {ns.plot}: {problem}", file=sys.stderr)
+        return 2
     report = await client.replay(
         ns.path,
         window=ns.window,
@@ -84,6 +96,22 @@ async def run_replay(
     return 0
 
 
+def plot_problem(path: str) -> str | None:
+    """Why the picture could not be written to `path`, or None (checked before minutes of
+    replay, which would otherwise end in a traceback)."""
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        return "is a folder; give the picture's file name"
+    if not folder.is_dir():
+        return f"the folder {str(folder)!r} does not exist"
+    if not os.access(folder, os.W_OK):
+        return f"the folder {str(folder)!r} is not writable"
+    if importlib.util.find_spec("matplotlib") is None:
+        return PLOT_NEEDS
+    return None
+
+
 def provider_failures(report: dict[str, Any]) -> dict[str, int]:
     """Each distinct failure of the summary provider during the replay, with its count."""
     out: dict[str, int] = {}
@@ -94,10 +122,48 @@ def provider_failures(report: dict[str, Any]) -> dict[str, int]:
     return out
 
 
+RUNS = {"compactd": "compactd", "baseline": "no management", "recorded": "recorded run"}
+# the rows of the totals table: each a measure, in the words `replay -h` explains
+MEASURES: tuple[tuple[str, str], ...] = (
+    ("cost", "cost (input-token eq.)"),
+    ("saved", "saved vs no management"),
+    ("savedVsRecorded", "saved vs the recorded run"),
+    ("peak", "largest request (tokens)"),
+    ("overWindow", "requests over the limit"),
+    ("cannotFit", "requests that cannot fit"),
+    ("cacheReadShare", "read from the cache"),
+    ("rewritesPer100", "cache rewrites per 100"),
+    ("llmCalls", "summary calls"),
+    ("removedWithoutSummary", "removed unsummarized"),
+    ("requests", "requests"),
+)
+EXPLAINED = """\
+The totals table has a column per run: compactd (the cascade at this window),
+no management (every request whole, nothing removed) and the recorded run
+(what the agent sent, from the transcript's usage). Its rows:
+  cost              input tokens priced as the provider bills them, in
+                    input-token equivalents: a cache read 0.1, a cache write
+                    --write-price, a summary call its input + 5x its output
+  saved vs ...      how much less the column's run cost than that run
+                    (negative: it cost more)
+  largest request   the peak request, in the provider's tokens
+  over the limit    requests larger than window - output reserve (the
+                    provider would refuse them); cannot fit: those the
+                    cascade could not bring under it
+  read from cache   the share of input tokens read from the prompt cache
+  cache rewrites    requests that re-wrote part of the previous request's
+                    live cache (read less than 90 % of it), per 100
+  summary calls     LLM calls for summaries and collapses (failed: the
+                    provider failed; the figures are then without them)
+  removed           tokens cleared or snipped away with no summary of them
+  unsummarized
+With sub-agents, a second table shows the main thread alone."""
+
+
 def print_report(
     report: dict[str, Any], show_steps: bool = False, console: Console | None = None
 ) -> None:
-    console = console or Console(width=max(120, Console().width))
+    console = console or Console(highlight=False)
     console.print(
         f"[bold]replay of {report['source']}[/bold] · window {report['window']:,} · "
         f"limit {report['limit']:,} · threshold {report['threshold']:,} · "
@@ -118,66 +184,16 @@ def print_report(
             f"prompt {system['main']:,} (main) / {system['function']:,} (sub-agents) tokens"
         )
     if show_steps:
-        steps = Table(
-            "step",
-            "thread",
-            "tokens",
-            "tiers",
-            "cache read",
-            "cache write",
-            "cost",
-            "no mgmt",
-            "recorded",
-            box=None,
-        )
-        for s in report["steps"]:
-            steps.add_row(
-                str(s["index"]),
-                s["thread"],
-                f"{s['tokens']:,}",
-                ",".join(s["tiers"]) + (" CANNOT FIT" if s["cannotFit"] else ""),
-                f"{s['cacheRead']:,}",
-                f"{s['cacheWrite']:,}",
-                f"{s['cost']:,.0f}",
-                _num(s.get("baselineTokens")),
-                _num(s.get("recordedTokens")),
-            )
-        console.print(steps)
-    table = Table(
-        "",
-        "cost (input-token eq.)",
-        "peak tokens",
-        "over window",
-        "cache-read share",
-        "LLM calls",
-        "failed",
-        "cache rewrites /100",
-        "cannot fit",
-        "removed w/o summarizer",
-        "requests",
-        box=None,
-    )
+        console.print(steps_table(report))
     failed = sum(provider_failures(report).values())
-    rows = [(name, t) for name, t in report["totals"].items()]
-    rows += [(f"{name} (main)", t) for name, t in (report.get("mainThread") or {}).items()]
-    for name, totals in rows:
-        if totals is None:
-            continue
-        table.add_row(
-            name,
-            f"{totals['cost']:,.0f}",
-            f"{totals['peak']:,}",
-            str(totals["overWindow"]),
-            f"{totals['cacheReadShare']:.1%}",
-            str(totals["llmCalls"]),
-            (f"[red]{failed}[/red]" if failed else "0") if name == "compactd" else "-",
-            f"{totals.get('rewritesPer100', 0):.1f}",
-            str(totals.get("cannotFit", 0)),
-            f"{totals['removedWithoutSummary']:,}",
-            str(totals["requests"]),
-        )
-    table.columns[0].no_wrap = True
-    console.print(table)
+    console.print(totals_table(report["totals"], failed, "all threads"))
+    main = report.get("mainThread")
+    if (
+        main
+        and main.get("compactd")
+        and main["compactd"]["requests"] < (report["totals"]["compactd"]["requests"])
+    ):
+        console.print(totals_table(main, None, "main thread"))
     recall = report.get("recall")
     if recall:
         console.print(
@@ -185,6 +201,92 @@ def print_report(
             f"({recall['cutChars']:,} characters), {recall['clearedResults']} cleared by Tier 1, "
             f"{recall['handlesShown']} handles shown"
         )
+
+
+def savings(cost: float, other: dict[str, Any] | None) -> str:
+    """How much less `cost` is than the other run's (negative: more)."""
+    if not other or not other.get("cost"):
+        return "-"
+    share = round(1 - cost / other["cost"], 3)
+    return f"{share + 0.0:.1%}"  # + 0.0: a saving that rounds to nothing is 0.0 %, not -0.0 %
+
+
+def totals_table(totals: dict[str, Any], failed: int | None, title: str) -> Table:
+    """One column per run that has figures, one row per measure: fits 80 columns."""
+    runs = [(RUNS.get(name, name), t) for name, t in totals.items() if t is not None]
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    table.add_column("")
+    for label, _ in runs:
+        table.add_column(label, justify="right")
+    baseline, recorded = totals.get("baseline"), totals.get("recorded")
+    for key, label in MEASURES:
+        cells: list[str] = []
+        for name, t in totals.items():
+            if t is None:
+                continue
+            cells.append(_measure(key, name, t, baseline, recorded, failed))
+        if key == "savedVsRecorded" and not recorded:
+            continue
+        table.add_row(label, *cells)
+    return table
+
+
+def _measure(
+    key: str,
+    run: str,
+    t: dict[str, Any],
+    baseline: dict[str, Any] | None,
+    recorded: dict[str, Any] | None,
+    failed: int | None,
+) -> str:
+    if key == "saved":
+        return "-" if run == "baseline" else savings(t["cost"], baseline)
+    if key == "savedVsRecorded":
+        return savings(t["cost"], recorded) if run == "compactd" else "-"
+    if key == "cost":
+        return f"{t['cost']:,.0f}"
+    if key == "cacheReadShare":
+        return f"{t['cacheReadShare']:.1%}"
+    if key == "rewritesPer100":
+        return f"{t.get('rewritesPer100', 0):.1f}"
+    if key == "llmCalls":
+        if run != "compactd":
+            return "-"
+        return f"{t['llmCalls']} ([red]{failed} failed[/red])" if failed else str(t["llmCalls"])
+    if key in ("removedWithoutSummary", "cannotFit") and run != "compactd":
+        return "-"  # only the cascade removes, or fails to fit
+    return f"{t.get(key, 0):,}"
+
+
+def steps_table(report: dict[str, Any]) -> Table:
+    steps = Table(
+        "step",
+        "thread",
+        "tokens",
+        "tiers",
+        "read",
+        "written",
+        "cost",
+        "no mgmt",
+        "recorded",
+        box=None,
+        pad_edge=False,
+        title="each request: its tokens, what the cascade did, the cache read and written",
+        title_justify="left",
+    )
+    for s in report["steps"]:
+        steps.add_row(
+            str(s["index"]),
+            s["thread"].removeprefix("function:"),
+            f"{s['tokens']:,}",
+            " ".join(s["tiers"]) + (" CANNOT FIT" if s["cannotFit"] else ""),  # wraps
+            f"{s['cacheRead']:,}",
+            f"{s['cacheWrite']:,}",
+            f"{s['cost']:,.0f}",
+            _num(s.get("baselineTokens")),
+            _num(s.get("recordedTokens")),
+        )
+    return steps
 
 
 def _num(value: Any) -> str:
@@ -224,10 +326,7 @@ def plot(report: dict[str, Any], path: str) -> None:
         import matplotlib.pyplot as plt
         from matplotlib.ticker import FuncFormatter, MaxNLocator
     except ImportError as exc:  # an optional dependency
-        raise SystemExit(
-            "compactd: --plot needs matplotlib "
-            "(in a clone: pip install '.[plot]', or pip install matplotlib)"
-        ) from exc
+        raise SystemExit(f"compactd: --plot {PLOT_NEEDS}") from exc
     steps = report["steps"]
     by_thread = threads(steps)
     subs = [name for name in by_thread if name != "main"]

@@ -37,8 +37,10 @@ def run_cascade(
     overflow: Overflow | None = None,
     manual: bool = False,
     instructions: str | None = None,
+    commit: bool = True,
 ) -> Drive:
-    """Run the cascade; returns the final render and the events of every tier."""
+    """Run the cascade; returns the final render and the events of every tier. Without
+    `commit` (a preview) the drafts are rendered and reported but never written."""
     run = Run(engine, session, view, spec, engine.policy(session), summary_provider)
     before = run.total
     if overflow is not None:  # Tier 5: the provider said the last request was too long
@@ -49,7 +51,7 @@ def run_cascade(
         yield from _automatic(run)
     if run.total > run.limit:
         raise _cannot_fit(run)
-    return run.outcome(before, run.commit())
+    return run.outcome(before, run.commit() if commit else [])
 
 
 def _automatic(run: Run) -> Steps[None]:

@@ -462,24 +462,24 @@ class Engine:
         overflow: Overflow | None = None,
         manual: bool = False,
         instructions: str | None = None,
+        dry_run: bool = False,
     ) -> Drive:
         """The cascade as a generator (see `cascade.run_cascade`); drive it with
-        `drive` or by answering its `SummaryNeeded` requests."""
+        `drive` or by answering its `SummaryNeeded` requests. A `dry_run` commits nothing and
+        is not remembered as the request sent (the next usage report is not compared to it)."""
         session = self.session(session_id)
-        return self._remembering(
-            session_id,
-            params,
-            run_cascade(
-                self,
-                session,
-                params.view,
-                params.spec,
-                summary_provider=self.provider_for(session),
-                overflow=overflow,
-                manual=manual,
-                instructions=instructions,
-            ),
+        steps = run_cascade(
+            self,
+            session,
+            params.view,
+            params.spec,
+            summary_provider=self.provider_for(session),
+            overflow=overflow,
+            manual=manual,
+            instructions=instructions,
+            commit=not dry_run,
         )
+        return steps if dry_run else self._remembering(session_id, params, steps)
 
     def _remembering(self, session_id: str, params: RenderParams, gen: Drive) -> Drive:
         outcome = yield from gen
@@ -502,10 +502,15 @@ class Engine:
     def measure_advice(self, session: Session, rendered: Rendered) -> str | None:
         policy = self.policy(session)
         share = rendered.total / rendered.budget.limit if rendered.budget.limit else 0.0
+        if share > 1:  # the panel says by how many tokens
+            return (
+                f"The context is {share:.0%} of its limit: a render with the cascade compacts "
+                "it, or /compact now (optionally with instructions on what to keep)."
+            )
         if share >= policy.manual_compact_advice:
             return (
-                f"The context is {share:.0%} full. Consider /compact now (optionally with "
-                "instructions on what to keep) rather than waiting for auto-compact."
+                f"The context is {share:.0%} of its limit. Consider /compact now (optionally "
+                "with instructions on what to keep) rather than waiting for auto-compact."
             )
         return None
 
@@ -648,7 +653,11 @@ class Engine:
             overflow.limit_tokens if overflow else None,
         )
 
-    def take_overflow(self, session_id: str) -> Overflow | None:
+    def take_overflow(self, session_id: str, *, keep: bool = False) -> Overflow | None:
+        """The overflow the client reported for this session's next render; `keep` leaves it
+        for the render after (a preview does not use it up)."""
+        if keep:
+            return self._overflow.get(session_id)
         return self._overflow.pop(session_id, None)
 
     def record_usage(

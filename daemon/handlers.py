@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..context.budget import known_model, model_spec
+from ..context.budget import Budget, known_model
 from ..context.engine import RenderParams as EngineRenderParams
 from ..context.policy import policy_from_config
 from ..context.recall import recall
@@ -21,6 +21,8 @@ from .rpc import rpc
 
 if TYPE_CHECKING:
     from .server import CompactdServer
+
+WINDOW_PARAMS = "window and maxOutputTokens"  # a client may name them in its own words
 
 
 def engine_params(p: t.RenderParams | t.CompactParams | t.SnipParams) -> EngineRenderParams:
@@ -47,13 +49,13 @@ def engine_params(p: t.RenderParams | t.CompactParams | t.SnipParams) -> EngineR
     return EngineRenderParams(view=view, spec=spec)
 
 
-def assumptions(p: t.RenderParams) -> list[str]:
-    """What the budget assumed that the client did not say: an unknown model's window."""
+def assumptions(p: t.RenderParams, budget: Budget) -> list[str]:
+    """What the budget assumed that the client did not say: an unknown model's window, and
+    the output reserve the request was then measured with (the one the panel shows)."""
     if p.model and p.window is None and not known_model(p.model):
-        spec = model_spec(p.model)
         return [
-            f"unknown model {p.model!r}: assumed a {spec.window:,}-token window and "
-            f"{spec.max_output:,} output tokens (pass window and maxOutputTokens to say)"
+            f"unknown model {p.model!r}: assumed a {budget.window:,}-token window and a "
+            f"{budget.output_reserve:,}-token output reserve ({WINDOW_PARAMS} say otherwise)"
         ]
     return []
 
@@ -170,19 +172,28 @@ def register(server: Any, app: App) -> None:
     @rpc(server, m.CONTEXT_RENDER)
     async def context_render(ls: CompactdServer, p: t.RenderParams) -> t.RenderResult:
         params = engine_params(p)
-        app.last_params[p.session_id] = params
+        if not p.dry_run:  # a preview is not the request the idle work prepares for
+            app.last_params[p.session_id] = params
         # an overflow the client reported makes this render run Tier 5 even without `cascade`:
         # the same request would only be rejected again
-        reported = engine.take_overflow(p.session_id)
+        reported = engine.take_overflow(p.session_id, keep=p.dry_run)
         if p.cascade or p.overflow is not None or reported is not None:
             rendered, events = await render_with_cascade(
-                app, p.session_id, params, p.overflow, reported, p.work_done_token, touch=True
+                app,
+                p.session_id,
+                params,
+                p.overflow,
+                reported,
+                p.work_done_token,
+                touch=not p.dry_run,
+                dry_run=p.dry_run,
             )
         else:
 
             def work(session: Session) -> Rendered:
-                rendered = engine.render(session.id, params)
-                app.touch(session)
+                rendered = engine.render(session.id, params, remember=not p.dry_run)
+                if not p.dry_run:
+                    app.touch(session)
                 return rendered
 
             rendered, events = await app.run(p.session_id, work), []
@@ -191,7 +202,7 @@ def register(server: Any, app: App) -> None:
             render_tokens(rendered.tokens()),
             [compaction_event(e) for e in events],
             rendered.headers,
-            assumptions(p),
+            assumptions(p, rendered.budget),
         )
 
     @rpc(server, m.CONTEXT_MEASURE)
@@ -210,7 +221,7 @@ def register(server: Any, app: App) -> None:
                 advice=engine.measure_advice(session, rendered),
                 turns=tokens["turns"],
                 turns_shown=tokens["turnsShown"],
-                warnings=assumptions(p),
+                warnings=assumptions(p, rendered.budget),
             )
 
         return await app.run(p.session_id, work)

@@ -203,6 +203,9 @@ class RenderParams:
     response_schema: Json | None = None
     format: Format = "anthropic"
     cascade: bool = False
+    # a preview: the cascade's changes are rendered and reported but nothing is written (no
+    # record, no activity, a reported overflow is left for the next render)
+    dry_run: bool = False
     cache: bool = True
     cache_ttl: Literal["5m", "1h"] | None = None
     overflow: ProviderError | None = None

@@ -79,6 +79,9 @@ class Settings:
     store_url: str | None = None  # `--store` / COMPACTD_STORE: postgresql://…; None: the files
     idle_seconds: float | None = None  # default idle threshold for sessions without their own
     idle_check_seconds: float = 30.0
+    # False: no idle work and no background summaries (`serve --no-idle-work`: the CLI's
+    # previews, whose daemon only looks)
+    idle_work: bool = True
     evict_after_seconds: float = 600.0
     activity_persist_seconds: float = 60.0
     watch: bool = True

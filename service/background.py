@@ -26,7 +26,8 @@ log = logging.getLogger("compactd.daemon")
 def start(app: App) -> list[Coroutine[Any, Any, None]]:
     """Hook the idle check into first use; the background tasks to run."""
     # a daemon started after the idle period acts as soon as the session is used
-    app.registry.on_first_touch.append(lambda session: run_idle_if_due(app, session))
+    if app.settings.idle_work:
+        app.registry.on_first_touch.append(lambda session: run_idle_if_due(app, session))
     tasks = [idle_loop(app), warm_tokenizer(), sweep_at_start(app)]
     if app.settings.watch:
         tasks.append(watch_loop(app))
@@ -63,6 +64,8 @@ async def idle_loop(app: App) -> None:
         try:
             await app.keep_quiet_counts()
             app.registry.evict_idle()
+            if not app.settings.idle_work:
+                continue
             for sid in app.registry.loaded():
                 if app.registry.lock(sid).locked():
                     continue

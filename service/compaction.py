@@ -128,7 +128,7 @@ async def cascade(
     async with app.registry.lock(session_id):
         outcome = await drive(app, session_id, start, token=token)
     for event in outcome.events:
-        if event.applied:
+        if event.applied and event.record_ids:
             app.notify_compacted(session_id, event)
     if outcome.record_ids:
         settle()  # what the compaction left is long-lived: out of the collector's full passes
@@ -165,9 +165,11 @@ async def render_with_cascade(
     token: str | None,
     *,
     touch: bool = False,
+    dry_run: bool = False,
 ) -> tuple[Rendered, list[TierEvent]]:
     """The cascade for one render; `overflow` (given with the render) takes precedence over
-    `reported` (what `context/reportUsage` kept for this render). `touch`: see `cascade`."""
+    `reported` (what `context/reportUsage` kept for this render). `touch`: see `cascade`. A
+    `dry_run` writes nothing."""
     parsed = parse_overflow(overflow.status, overflow.message) if overflow else reported
     if overflow is not None and parsed is None:
         raise InvalidContent(
@@ -178,7 +180,7 @@ async def render_with_cascade(
     outcome, _provider = await cascade(
         app,
         session_id,
-        lambda session: app.engine.cascade(session.id, params, overflow=parsed),
+        lambda session: app.engine.cascade(session.id, params, overflow=parsed, dry_run=dry_run),
         token,
         touch=touch,
     )
@@ -201,7 +203,9 @@ async def compact(
     summary = next((e for e in outcome.events if e.tier == "summary"), None)
     applied = bool(summary and summary.applied)
     if summary is not None and not applied and summary.details.get("failed"):
-        raise ProviderFailure(summary.reason, tier="summary")
+        raise ProviderFailure(
+            summary.reason, tier="summary", failure=summary.details.get("failure")
+        )
     return CompactResult(
         applied=applied,
         tokens_before=outcome.tokens_before,

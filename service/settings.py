@@ -43,6 +43,7 @@ def settings_from(args: argparse.Namespace, **overrides: Any) -> Settings:
         store_url=args.store or env.get("COMPACTD_STORE") or None,
         idle_seconds=idle,
         idle_check_seconds=args.idle_check_seconds,
+        idle_work=not getattr(args, "no_idle_work", False),
         watch=not args.no_watch,
         summary_provider=provider,
         summary_model=args.summary_model or env.get("COMPACTD_SUMMARY_MODEL") or None,

@@ -17,7 +17,7 @@ import orjson
 
 from ..errors import InvalidContent
 from ..policy import MAX_IMPORT_BYTES
-from .chat import is_chat_message
+from .chat import is_chat_message, text_of
 from .files import read_limit, read_regular
 from .jsonio import read_json_document, record_at
 from .plan import ImportedSession
@@ -81,14 +81,22 @@ def detect_format(path: str | Path) -> str:
     )
 
 
+def _task_history(messages: list[dict[str, Any]]) -> bool:
+    """Cline's or Roo's: every message stamped with `ts` (newer versions), or a first request
+    that is the extension's own `<task>` with its `<environment_details>`."""
+    if all("ts" in message for message in messages):
+        return True
+    first = text_of(messages[0].get("content")) if messages[0].get("role") == "user" else ""
+    return first.lstrip().startswith("<task>") and "<environment_details>" in first
+
+
 def _classify(record: Any) -> str | None:
     if isinstance(record, list):
         events = [event for event in record[:50] if isinstance(event, dict)]
         if events and any("action" in event or "observation" in event for event in events):
             return "openhands"
         if events and all(is_chat_message(event) for event in events):
-            # Cline and Roo stamp every message of their task history with `ts`
-            return "cline" if all("ts" in event for event in events) else "messages"
+            return "cline" if _task_history(events) else "messages"
         return None
     if not isinstance(record, dict):
         return None

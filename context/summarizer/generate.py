@@ -79,6 +79,13 @@ def generate(
     usage = {"calls": 0, "inputTokens": 0, "outputTokens": 0, "model": model}
     position = 0
     chunks = chunk_lines(inp, budget)
+    if len(chunks) > limits.calls:  # known before the first call: none is paid for in vain
+        raise SummaryFailure(
+            "call_limit",
+            f"the range to summarize is {inp.tokens:,} tokens: {len(chunks)} calls of up to "
+            f"{budget:,} (summaryInputMaxTokens), more than summaryMaxCalls ({limits.calls}); "
+            "the provider was not called",
+        )
     while position < len(inp.lines):
         lo, hi = next(c for c in chunks if c[0] == position)
         if calls >= limits.calls:

@@ -457,8 +457,9 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
     if run.provider is None:
         run.note(
             TIER,
-            "no summary provider is configured (COMPACTD_SUMMARY_PROVIDER or the "
-            "session's summaryProvider); the LLM tiers were skipped",
+            "no summary provider is configured (--summary-provider digest|anthropic|client, "
+            "COMPACTD_SUMMARY_PROVIDER, or the session's summaryProvider); the LLM tiers "
+            "were skipped",
         )
         return
     proj = run.rendered.projection
@@ -487,7 +488,7 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
             )
             usage = checkpoint.usage
     except SummaryFailure as failed:
-        run.note(TIER, f"{failed.message}; nothing was written", failed=True)
+        run.note(TIER, f"{failed.message}; nothing was written", failed=True, failure=failed.kind)
         return
     text = checkpoint.text
     data: dict[str, Any] = {

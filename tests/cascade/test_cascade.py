@@ -212,6 +212,22 @@ def test_a_failing_provider_is_asked_a_bounded_number_of_times(engine: Engine, k
     assert records(engine, sid, "summary") == []
 
 
+def test_a_summary_over_its_call_bound_fails_before_the_first_call(engine: Engine) -> None:
+    """A range that needs more chunks than `summaryMaxCalls` cannot be summarized: said at
+    once, with the figures, and no provider call is paid for in vain."""
+    sid = few_big_turns(engine)
+    engine.session(sid).update_config(
+        {"summaryInputMaxTokens": 2000, "summaryMaxCalls": 2, "evidenceEnabled": False}
+    )
+    recorder = Recorder(digest_answer)
+    events = events_of(engine, sid, recorder)
+    assert [n.tier for n in recorder.needs if n.tier == "rolling"] == []
+    (failed,) = [e for e in events if e.tier == "summary"]
+    assert failed.details["failure"] == "call_limit" and not failed.applied
+    assert "more than summaryMaxCalls (2); the provider was not called" in failed.reason
+    assert records(engine, sid, "summary") == []
+
+
 def test_a_summary_without_gain_is_tried_once(engine: Engine) -> None:
     sid = few_big_turns(engine)
     recorder = Recorder(lambda need: SummaryResult(text=filler("long", 9000), model="m"))

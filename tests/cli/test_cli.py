@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,12 +42,14 @@ class Cli:
         self.data_dir = data_dir
         self.cwd = cwd
 
-    def __call__(self, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+    def __call__(
+        self, *args: str, code: int = 0, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
             [SCRIPT, *args],
             capture_output=True,
             text=True,
-            env=env_for(self.data_dir),
+            env={**env_for(self.data_dir), **(env or {})},
             cwd=self.cwd,
             timeout=300,
         )
@@ -182,8 +185,29 @@ def test_render_over_the_limit_warns_and_fails(cli: Cli, session: str) -> None:
 
 
 def test_an_unknown_model_says_which_window_it_assumed(cli: Cli, session: str) -> None:
+    """The warning names the window and the output reserve the panel shows, and the flags
+    that say otherwise."""
     done = cli("context", session, "--model", "my-own-model")
     assert "unknown model 'my-own-model'" in done.stderr and "200,000-token window" in done.stderr
+    reserve = next(line for line in done.stdout.splitlines() if "Output reserve" in line).split()
+    assert f"a {reserve[3]}-token output reserve" in done.stderr, (reserve, done.stderr)
+    assert "(--window and --max-output-tokens say otherwise)" in done.stderr
+
+
+def test_an_over_full_panel_says_by_how_much(cli: Cli, session: str) -> None:
+    """No negative free space: the panel says by how many tokens the request is over its
+    limit, and the grid shows what fills it."""
+    measured = json.loads(cli("context", session, "--window", "2000", "--json").stdout)
+    over = measured["total"] - measured["limit"]
+    assert over > 0
+    panel = cli("context", session, "--window", "2000").stdout
+    assert "Free space" not in panel and "-" + f"{over:,}" not in panel
+    (row,) = [line for line in panel.splitlines() if "Over the limit by" in line]
+    assert row.split()[5] == f"{over:,}", row
+    assert f"The request is {over:,} tokens over its limit of {measured['limit']:,}" in panel
+    assert "of its limit: a render with the cascade compacts it" in " ".join(panel.split())
+    grid = "".join(panel.splitlines()[1:11])
+    assert "⛝" in grid  # the output reserve has its cells: the grid is scaled to what fills it
 
 
 def test_compact_with_config_from_the_command_line(cli: Cli) -> None:
@@ -232,10 +256,102 @@ def test_config_from_a_file(cli: Cli, session: str) -> None:
     assert measured["threshold"] == int(0.5 * measured["limit"])
 
 
-def test_snip(cli: Cli) -> None:
-    sid = cli("import", "--new", str(SWE)).stdout.strip()
-    done = cli("snip", sid, "--target", "2000")
-    assert done.stdout.startswith(("snipped", "nothing snipped"))
+def data_bytes(data_dir: Path) -> dict[str, bytes]:
+    """Every file under the data dir, by its path: what a command that writes nothing keeps."""
+    return {
+        str(f.relative_to(data_dir)): f.read_bytes() for f in data_dir.rglob("*") if f.is_file()
+    }
+
+
+def test_a_dry_run_writes_nothing(tmp_path: Path) -> None:
+    """`render --cascade --dry-run` and `context --cascade --dry-run` on a session the cascade
+    summarizes and that has been idle past its idle threshold: what the cascade would do is
+    shown, the data dir's bytes stay as they were (the idle work a first use does is not
+    done either); the same render without `--dry-run` writes."""
+    cli = Cli(tmp_path / "data", tmp_path)
+    sid = cli("import", str(SMALL)).stdout.strip()
+    time.sleep(1.1)  # idle past `idleSeconds=1`
+    cascade = ["--window", "6000", "--cascade", "--summary-provider", "digest"]
+    cascade += ["--set", "idleSeconds=1"]
+    before = data_bytes(cli.data_dir)
+    cli("context", sid, "--set", "idleSeconds=1")
+    preview = cli("render", sid, *cascade, "--dry-run")
+    assert "a preview: nothing was written" in preview.stdout
+    assert "✓ summary: " in preview.stdout, preview.stdout
+    panel = cli("context", sid, *cascade, "--dry-run")
+    assert "as a preview: nothing was written" in panel.stdout
+    assert "✓ summary: " in panel.stdout and "after the cascade" in panel.stdout
+    assert data_bytes(cli.data_dir) == before
+    done = cli("render", sid, *cascade)
+    assert "preview" not in done.stdout and "✓ summary: " in done.stdout
+    assert data_bytes(cli.data_dir) != before
+
+
+def test_snip_and_compact_that_change_nothing_exit_alike(cli: Cli) -> None:
+    """Exit 1 when the command changed nothing (a snip already under its target, a compact
+    with nothing to summarize), 0 when it did."""
+    chat = cli.cwd / "chat.json"  # your own agent's log: ten turns of plain talk
+    turns = [
+        {"role": role, "content": f"{role} {t}: " + "words of the conversation " * 150}
+        for t in range(10)
+        for role in ("user", "assistant")
+    ]
+    chat.write_text(json.dumps(turns))
+    sid = cli("import", str(chat)).stdout.strip()
+    assert cli("snip", sid, "--target", "1000000", code=1).stdout.startswith("nothing snipped")
+    short = cli(
+        "compact", sid, "--set", "summaryKeepTurns=20", "--summary-provider", "digest", code=1
+    )
+    assert short.stdout.startswith("not compacted: short history")
+    assert cli("snip", sid, "--target", "3000").stdout.startswith("snipped")
+
+
+def test_compact_without_a_provider_names_the_option(cli: Cli, session: str) -> None:
+    done = cli("compact", session, code=1)
+    assert "no summary provider is configured" in done.stdout
+    assert "--summary-provider digest|anthropic|client" in done.stdout
+
+
+def test_an_anthropic_key_makes_anthropic_the_default_provider(tmp_path: Path) -> None:
+    """With ANTHROPIC_API_KEY set and no provider named, `compact` asks Anthropic (here the
+    loopback fake through the real SDK)."""
+    from tests.support.fake_anthropic import FakeAnthropicProcess
+
+    cli = Cli(tmp_path / "data", tmp_path)
+    sid = cli("import", str(SMALL)).stdout.strip()
+    compact = ("compact", sid, "--window", "32000", "--set", "summaryKeepTurns=1", "--json")
+    with FakeAnthropicProcess() as fake:
+        key = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.base_url}
+        done = json.loads(cli(*compact, env=key).stdout)
+        asked = [r for r in fake.requests() if r["path"].endswith("/messages")]
+    assert done["applied"] is True and done["provider"] == "anthropic"
+    assert asked, "the summary was not asked of Anthropic"
+    # a provider named (the option or the variable) still wins over the key
+    named = {**key, "COMPACTD_SUMMARY_PROVIDER": "digest"}
+    again = cli("import", "--new", str(SMALL)).stdout.strip()
+    assert json.loads(cli(*compact[:1], again, *compact[2:], env=named).stdout)["provider"] == (
+        "digest"
+    )
+
+
+def test_compact_over_its_call_bound_says_what_to_do(cli: Cli) -> None:
+    """A range that needs more summary calls than `summaryMaxCalls` allows fails before the
+    first call, and the CLI names the two ways out."""
+    sid = cli("import", "--new", str(SMALL)).stdout.strip()
+    bound = ["--set", "summaryInputMaxTokens=2000", "--set", "summaryMaxCalls=1"]
+    done = cli(
+        "compact",
+        sid,
+        *bound,
+        "--set",
+        "summaryKeepTurns=1",
+        "--summary-provider",
+        "digest",
+        code=2,
+    )
+    assert "more than summaryMaxCalls (1); the provider was not called" in done.stderr
+    assert f"compactd render {sid} --cascade` runs the cheaper tiers first" in done.stderr
+    assert "--set summaryMaxCalls=N" in done.stderr
 
 
 # ---- replay --------------------------------------------------------------------------------
@@ -247,6 +363,36 @@ def test_replay_json_and_plot(cli: Cli) -> None:
     report = json.loads(done.stdout)
     assert set(report["totals"]) == {"compactd", "baseline", "recorded"}
     assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_replay_table_fits_80_columns_with_its_savings(cli: Cli) -> None:
+    """Every line of the report (steps too) within 80 columns, no header cut, the savings
+    against no management and the recorded run as the JSON's costs give them, and each term
+    explained in `replay -h`."""
+    args = ("-q", "replay", str(SMALL), "--window", "48000")
+    report = json.loads(cli(*args, "--json").stdout)
+    text = cli(*args, "--steps", env={"COLUMNS": "80"}).stdout
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text
+    costs = {name: t["cost"] for name, t in report["totals"].items()}
+    saved = f"{1 - costs['compactd'] / costs['baseline']:.1%}"
+    row = next(line for line in text.splitlines() if line.startswith("saved vs no management"))
+    assert row.split()[4] == saved, row
+    row = next(line for line in text.splitlines() if line.startswith("saved vs the recorded"))
+    assert row.split()[5] == f"{1 - costs['compactd'] / costs['recorded']:.1%}", row
+    assert "cost (input-token eq.)" in text and "no management" in text
+    explained = cli("replay", "-h", env={"COLUMNS": "80"}).stdout
+    for term in ("input-token equivalents", "cache rewrites", "over the limit", "unsummarized"):
+        assert term in explained
+    assert max(len(line) for line in explained.splitlines()) <= 80
+
+
+def test_a_plot_into_a_missing_folder_is_one_line_before_the_replay(cli: Cli) -> None:
+    done = cli("replay", str(SMALL), "--plot", "no/such/folder/replay.png", code=2)
+    assert done.stderr.strip().splitlines() == [
+        "compactd: --plot no/such/folder/replay.png: the folder 'no/such/folder' does not exist"
+    ]
+    assert done.stdout == ""  # no report: the replay did not run (it used to, then fail)
 
 
 def test_replay_with_a_failing_provider_says_so_and_fails(cli: Cli) -> None:

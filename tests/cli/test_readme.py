@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.support.fake_anthropic import FakeAnthropicProcess
 
-from .test_cli import ROOT, SCRIPT, SMALL, SWE, Cli, env_for
+from .test_cli import ROOT, SCRIPT, SMALL, SWE, Cli, data_bytes, env_for
 
 README = (ROOT / "README.md").read_text()
 
@@ -49,23 +49,37 @@ def test_every_readme_command_runs(tmp_path: Path) -> None:
         if argv[1] == "migrate":  # needs a database: the fleet tests run it on a real one
             assert "--to URL" in cli("migrate", "-h").stdout
             continue
-        done = cli(*args)
+        # the session is small once compacted: a snip to 40,000 changes nothing, and says so
+        done = cli(*args, code=1 if argv[1] == "snip" else 0)
+        if argv[1] == "snip":
+            assert done.stdout.startswith("nothing snipped: already under the target")
         if argv[1] == "import":
             session = done.stdout.strip()
             assert re.fullmatch(r"[0-9a-f]{32}", session), done.stdout
-        if argv[1] == "render":
+        if argv[1] == "render" and "--json" in argv:
             assert {"request", "tokens", "events"} <= set(json.loads(done.stdout))
+        if "--dry-run" in argv:
+            assert "a preview: nothing was written" in done.stdout
         if argv[1] == "compact":
             assert done.stdout.startswith("compacted:")
     assert (tmp_path / "replay.png").stat().st_size > 0
 
 
-def test_make_run_demo(tmp_path: Path) -> None:
-    """`make run` is `compactd demo` on a bundled transcript (here the smaller one)."""
+def test_make_run_demo_shows_the_same_every_time(tmp_path: Path) -> None:
+    """`make run` is `compactd demo` on a bundled transcript (here the smaller one, at a window
+    its cascade summarizes in): the cascade is a preview and the panels are named by the
+    transcript, so a second run shows the same, byte for byte, and writes nothing."""
     recipe = (ROOT / "Makefile").read_text()
     assert "compactd demo tests/data/transcripts/" in recipe
-    done = Cli(tmp_path / "data", tmp_path)("demo", str(SMALL), "--then-window", "32000")
-    assert "after the cascade" in done.stdout
+    cli = Cli(tmp_path / "data", tmp_path)
+    demo = ("demo", str(SMALL), "--then-window", "6000", "--summary-provider", "digest")
+    first = cli(*demo).stdout
+    assert "after the cascade" in first and "✓ summary: " in first
+    kept = data_bytes(cli.data_dir)
+    assert cli(*demo).stdout == first
+    assert data_bytes(cli.data_dir) == kept
+    # `make run` starts from a fresh data dir: a new session id, and still the same output
+    assert Cli(tmp_path / "fresh", tmp_path)(*demo).stdout == first
 
 
 def test_the_neovim_snippet_talks_as_the_daemon_expects(tmp_path: Path) -> None:

@@ -335,6 +335,37 @@ async def test_cascade_events_name_the_tier(client: CompactdClient) -> None:
     assert event.record_ids == [records(await client.get(sid), "clear")[0]["id"]]
 
 
+async def test_a_dry_run_previews_the_cascade_and_writes_nothing(
+    client: CompactdClient, data_dir: Path
+) -> None:
+    """`dryRun`: the tiers' changes are rendered and reported, nothing is written (no record,
+    no activity, no notification), a reported overflow is left for the next render — and the
+    preview is the very request the cascade then sends."""
+    sid = await new_session(client, "m-dry-run", tool_turns("p", 8, 2000, "Deploy"))
+    full = (await client.measure(sid)).total
+    window = {"window": full // 2, "max_output_tokens": 500}
+    estimate = (await client.render(sid, **window)).tokens.estimate
+    message = f"prompt is too long: {estimate + 1000} tokens > {estimate} maximum"
+    await client.report_usage(sid, MODEL, error={"status": 400, "message": message})
+    heard: list[dict[str, Any]] = []
+    client.on_notification("context/compacted", heard.append)
+    before, view = log_bytes(data_dir, sid), await client.get(sid)
+    previews = [await client.render(sid, cascade=True, dry_run=True, **window) for _ in "ab"]
+    preview = previews[0]
+    applied = [e.tier for e in preview.events if e.applied]
+    assert applied[0] == "reactive" and "summary" in applied, preview.events
+    assert all(e.record_ids == [] for e in preview.events)
+    assert preview.tokens.total < full // 2 - 500
+    check_anthropic_pairing(preview.request)
+    assert log_bytes(data_dir, sid) == before and await client.get(sid) == view
+    assert [n for n in heard if n["sessionId"] == sid] == []
+    assert previews[1].request == preview.request  # nothing moved: the same preview again
+    done = await client.render(sid, cascade=True, **window)  # the overflow is still reported
+    assert [e.tier for e in done.events if e.applied] == applied
+    assert done.request == preview.request and done.tokens.total == preview.tokens.total
+    assert log_bytes(data_dir, sid) != before
+
+
 async def test_measure_categories_add_up(client: CompactdClient) -> None:
     sid = await new_session(client, "m-measure", tool_turns("m", 3, 800))
     budget: dict[str, Any] = {

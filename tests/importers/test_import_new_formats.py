@@ -1,7 +1,8 @@
 """The formats a user's own agent writes, each imported from a real file (provenance in
 tests/data/transcripts/README.md) and rendered with pairing intact: Gemini CLI, aider,
 mini-swe-agent, and plain messages (a JSON array, `{"messages": …}` and chat JSONL — the last
-two reshaped in code from real files)."""
+two reshaped in code from real files). Cline's task history is built in code in the shape
+real ones have (the real files found carry no licence that allows copying them here)."""
 
 from __future__ import annotations
 
@@ -158,3 +159,115 @@ def test_a_markdown_file_that_is_no_aider_history_names_the_formats(tmp_path):
     assert "neither JSON, JSONL nor an aider chat history" in message
     for name in ("Gemini CLI", "aider", "Cline/Roo", "mini-swe-agent", "chat JSONL"):
         assert name in message
+
+
+def cline_history(stamped: bool) -> list[dict]:
+    """A Cline task history in the shape real ones of 2026 have (written here, not copied:
+    the real files found carry no licence): native `tool_use` blocks answered by text blocks
+    `[tool for 'arg'] Result:`, the extension's `<environment_details>` on every user message,
+    a refused second call, and a task interrupted with a call still open."""
+    env = {"type": "text", "text": "<environment_details>\n# VSCode Visible Files\napp.py\n"}
+    env["text"] += "</environment_details>"
+
+    def use(call_id: str, name: str, **args: str) -> dict:
+        return {"type": "tool_use", "id": call_id, "name": name, "input": args}
+
+    def text(value: str) -> dict:
+        return {"type": "text", "text": value}
+
+    history = [
+        {"role": "user", "content": [text("<task>\nFix the retry loop in app.py\n</task>"), env]},
+        {
+            "role": "assistant",
+            "content": [text("Reading it."), use("t1", "read_file", path="app.py")],
+        },
+        {
+            "role": "user",
+            "content": [text("[read_file for 'app.py'] Result:\n" + "x = 1\n" * 400), env],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                use("t2", "search_files", regex="retry["),
+                use("t3", "read_file", path="b"),
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                text("[search_files for 'retry['] Result:\nFound 1 result.\napp.py"),
+                text("Tool [read_file] was not executed because a tool has already been used"),
+                env,
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [use("t4", "ask_followup_question", question="## Plan\n[ok]?")],
+        },
+        {
+            "role": "user",
+            "content": [
+                text(
+                    "[ask_followup_question for '## Plan\n[ok]?'] Result:\n<answer>\nyes\n</answer>"
+                ),
+                env,
+            ],
+        },
+        {"role": "assistant", "content": [use("t5", "replace_in_file", path="app.py")]},
+        {
+            "role": "user",
+            "content": [
+                text("[TASK RESUMPTION] This task was interrupted 3 hours ago."),
+                text(
+                    "New instructions for task continuation:\n"
+                    "<user_message>\nAlso add a test\n</user_message>"
+                ),
+                env,
+            ],
+        },
+        {"role": "assistant", "content": [text("Adding the test.")]},
+    ]
+    if stamped:
+        for k, message in enumerate(history):
+            message["ts"] = 1_767_225_700_000 + 1000 * k
+            if message["role"] == "assistant":
+                message["metrics"] = {"tokens": {"prompt": 900 + k, "completion": 40, "cached": 0}}
+                message["modelInfo"] = {"modelId": "claude-sonnet-4-5-20250929"}
+    return history
+
+
+@pytest.mark.parametrize("stamped", [False, True], ids=["without-ts", "with-ts"])
+def test_a_cline_task_history_pairs_its_text_results(tmp_path, stamped):
+    """Each result text answers its call, in order (a refusal as an error); the extension's
+    own text around the results is meta, so a tool round trip is no new user turn; an
+    interrupted call keeps `[no result recorded]` and the resumption is the next turn."""
+    task = tmp_path / "tasks" / "1767225700000"
+    task.mkdir(parents=True)
+    file = task / "api_conversation_history.json"
+    file.write_bytes(orjson.dumps(cline_history(stamped)))
+    assert detect_format(file) == "cline"
+    [session] = load_transcript(file)
+    assert session.title == "Fix the retry loop in app.py" and session.source_id == task.name
+    assert calls_and_results(session) == (5, 4)  # t5 was interrupted
+    [(engine, sid)] = imported(tmp_path, [session])
+    request = rendered(engine, sid)
+    results = {
+        b["tool_use_id"]: b
+        for m in request["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    }
+    assert set(results) == {"t1", "t2", "t3", "t4", "t5"}
+    assert "Found 1 result." in orjson.dumps(results["t2"]).decode()
+    assert (
+        results["t3"].get("is_error") is True
+        and "[no result recorded]" in orjson.dumps(results["t5"]).decode()
+    )
+    assert "<answer>" in orjson.dumps(results["t4"]).decode()  # brackets in the quoted argument
+    rendered(engine, sid, "openai")
+    tokens = engine.render(sid, RenderParams(spec=_spec("anthropic"))).tokens()
+    assert tokens["turns"] == 2  # the task, and the request after the interruption
+    assert tokens["categories"]["tool_results"] > tokens["categories"]["user"]
+    if stamped:
+        assert session.model == "claude-sonnet-4-5-20250929"

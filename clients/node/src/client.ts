@@ -429,7 +429,8 @@ export class CompactdClient {
     return this.request("function/complete", params, token);
   }
 
-  /** The provider request body for the next model call (with `cascade`, compacting first). */
+  /** The provider request body for the next model call (with `cascade`, compacting first; with
+   * `dryRun` too, a preview that writes nothing). */
   render(params: RenderParams, token?: CancellationToken): Promise<RenderResult> {
     return this.request("context/render", params, token);
   }

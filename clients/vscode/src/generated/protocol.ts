@@ -269,6 +269,8 @@ export interface RenderParams {
   format?: "anthropic" | "openai";
   /** Default: `false` (may be omitted). */
   cascade?: boolean;
+  /** Default: `false` (may be omitted). */
+  dryRun?: boolean;
   /** Default: `true` (may be omitted). */
   cache?: boolean;
   /** Default: `null` (may be omitted). */
