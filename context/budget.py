@@ -121,6 +121,11 @@ class Budget:
         return self.window - self.output_reserve
 
 
+MAX_WINDOW = 2**53 - 1
+"""The largest window a request may name: what every JSON peer holds exactly (a JavaScript
+number), far beyond any model's."""
+
+
 def make_budget(
     model: str | None, window: int | None = None, max_output_tokens: int | None = None
 ) -> Budget:
@@ -134,11 +139,14 @@ def make_budget(
         reserve = max_output_tokens
     else:  # the model's limit, capped, and never more than a quarter of a small window
         reserve = min(spec.max_output, DEFAULT_OUTPUT_RESERVE, max(1, win // 4))
-    if win <= 0:
-        raise InvalidConfig(f"window must be positive, got {win}", field="window")
-    if reserve < 0 or reserve >= win:
+    if win <= 0 or win > MAX_WINDOW:
         raise InvalidConfig(
-            f"maxOutputTokens ({reserve}) must be at least 0 and below the window ({win})",
+            f"window must be positive and at most 2^53-1, got {win}", field="window"
+        )
+    if reserve < 1 or reserve >= win:
+        raise InvalidConfig(
+            f"maxOutputTokens ({reserve}) must be at least 1 (a request must allow an "
+            f"answer) and below the window ({win})",
             field="maxOutputTokens",
         )
     return Budget(model=model, window=win, output_reserve=reserve)

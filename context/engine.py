@@ -20,14 +20,14 @@ from .budget import Calibration, reported_prompt_tokens
 from .budget_reduction import first_cut_line
 from .cascade import Drive, run_cascade
 from .decompose import from_anthropic, from_nodes, from_openai
-from .errors import CompactdError, InvalidContent, Stopped
+from .errors import CompactdError, InvalidContent, Stopped, TooLarge
 from .graph import Graph, Node, Record
 from .policy import Policy, check_session_config, policy_from_config
 from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE, project
 from .recall import CUT, Recalled, page, resolve, shown_content, text_of
 from .render.request import Rendered, RenderParams, render_request
-from .session import UNSET, AppendResult, Library, Session
-from .stores.interface import SessionStore
+from .session import UNSET, AppendResult, Library, Session, collector_paused
+from .stores.interface import SessionCounts, SessionStore, log_size
 from .summarizer.types import Steps
 from .tiers import microcompact, rolling_summary, snip
 from .tiers.base import Outcome, Run, TierEvent
@@ -58,16 +58,6 @@ class ImportOutcome:
 
 
 @attrs.frozen
-class SessionSummary:
-    """What a listing shows of a session without the caller loading it."""
-
-    source: str | None
-    title: str | None
-    turns: int
-    tokens: int
-
-
-@attrs.frozen
 class IdleOutcome:
     cleared: int
     events: list[TierEvent]
@@ -79,6 +69,15 @@ USAGE_COUNTS = (
     "cache_read_input_tokens",
     "output_tokens",
 )
+
+
+def import_bound(limits: Policy, read: int) -> tuple[int, str]:
+    """The most an import that read `read` bytes may write, and the limit that sets it: a
+    multiple of what it read (`maxImportAmplification`), never over `maxImportLogBytes`."""
+    multiple = limits.max_import_amplification * read
+    if multiple <= limits.max_import_log_bytes:
+        return multiple, "maxImportAmplification"
+    return limits.max_import_log_bytes, "maxImportLogBytes"
 
 
 def check_counts(data: dict[str, Any] | None, where: str, keys: tuple[str, ...]) -> None:
@@ -121,7 +120,6 @@ class Engine:
         self._prepared: dict[str, tuple[PreparedKey, Any]] = {}
         self._preparations: dict[str, list[PreparedKey]] = {}  # ranges tried, newest last
         self._overflow: dict[str, Overflow] = {}
-        self._summaries: dict[str, tuple[Any, SessionSummary]] = {}
 
     # ---- sessions ----------------------------------------------------------------------------
 
@@ -170,17 +168,18 @@ class Engine:
         self, path: str, *, new: bool = False, stopped: Callable[[], bool] | None = None
     ) -> tuple[list[Session], ImportOutcome]:
         """Read a transcript (regular files only, each under `maxImportBytes`) and write its
-        new sessions, touching none of the engine's loaded state: the daemon runs this in a
-        worker thread so a big file never holds up its loop, and registers the sessions after.
-        All its sessions are written or none: `stopped` (asked as the import goes) turning
-        true raises `Stopped` before anything is written."""
+        new sessions, counted for listings, touching none of the engine's loaded state: the
+        daemon runs this in a worker thread so a big file never holds up its loop, and
+        registers the sessions after. All its sessions are written or none: `stopped` (asked
+        as the import goes) turning true raises `Stopped` before anything is written, and so
+        does an import that would write more than its bound (`import_bound`: `TooLarge`)."""
         from .importers import load_transcript
         from .importers.apply import import_sessions
         from .importers.files import read_limit, read_regular
 
         max_bytes = self.limits.max_import_bytes
-        conversations = load_transcript(path, max_bytes)  # unreadable, too big: typed errors
-        with read_limit(max_bytes):
+        with read_limit(max_bytes) as reads:
+            conversations = load_transcript(path, max_bytes)  # unreadable, too big: typed errors
             digest = hashlib.sha256(read_regular(Path(path))).hexdigest()
         known = {} if new else self._imported_before()
         ids: list[str | None] = []
@@ -196,7 +195,11 @@ class Engine:
                 todo.append((imported, digest))
         if stopped is not None and stopped():
             raise Stopped("the import was stopped before it wrote anything")
-        sessions = import_sessions(self.library, todo, stopped=stopped)
+        sessions = import_sessions(
+            self.library, todo, stopped=stopped, before_writing=self._bounded(reads.total)
+        )
+        for session in sessions:  # listings read these
+            self.store.keep_counts(session.id, self.counts(session, session.offset))
         made = iter(sessions)
         warnings = []
         for (imported, _digest), session in zip(todo, sessions, strict=True):
@@ -208,6 +211,25 @@ class Engine:
                 )
         order = [sid if sid is not None else next(made).id for sid in ids]
         return sessions, ImportOutcome(order, warnings, existing)
+
+    def _bounded(self, read: int) -> Callable[[list[Session]], None]:
+        """The check of what an import that read `read` bytes is about to write: everything
+        its sessions hold, measured before any is written, over the bound is `TooLarge`."""
+        bound, binding = import_bound(self.limits, read)
+
+        def check(sessions: list[Session]) -> None:
+            written = 0
+            for session in sessions:
+                pending = session.pending_events()
+                written += log_size(pending, self.limits.max_message_bytes, bound - written)
+                if written > bound:
+                    what = "what the import would write"
+                    if binding == "maxImportAmplification":
+                        times = self.limits.max_import_amplification
+                        what += f" ({times} × the {read:,} bytes it read)"
+                    raise TooLarge(what, binding, bound)
+
+        return check
 
     def _imported_before(self) -> dict[tuple[str, str], str]:
         """(file digest, source id) → session, from each log's header line (its `open`)."""
@@ -233,30 +255,36 @@ class Engine:
         meta = header.get("meta") if isinstance(header, dict) else None
         return meta if isinstance(meta, dict) else {}
 
-    def summary(self, session_id: str, stamp: Any = None) -> SessionSummary:
-        """Source, title, turns and tokens (the current branch rendered with the defaults),
-        without keeping the session loaded; a log that cannot be read shows as empty.
-        `stamp` (the log's size and mtime): while it is the same, the last answer stands, so
-        an editor polling the list does not re-render every session."""
-        cached = self._summaries.get(session_id)
-        if stamp is not None and cached is not None and cached[0] == stamp:
-            return cached[1]
-        summary = self._summarize(session_id)
-        self._summaries[session_id] = (stamp, summary)
-        return summary
+    def counts(self, session: Session, cursor: int) -> SessionCounts:
+        """What a listing shows of a loaded session, as of `cursor` of its log: source and
+        title (its header), turns and tokens (the current branch rendered with the
+        defaults)."""
+        tokens = self.render_session(session, RenderParams()).tokens()
+        meta = session.graph.meta
+        return SessionCounts(
+            cursor, meta.get("source"), meta.get("title"), tokens["turns"], tokens["total"]
+        )
 
-    def _summarize(self, session_id: str) -> SessionSummary:
+    def keep_counts(self, session_id: str) -> SessionCounts:
+        """Count a session now and keep the counts beside its log, so listings read them
+        instead of loading it. A loaded session is caught up and counted as it is (its
+        tokens are tokenized already); another is loaded for this alone and not kept. A log
+        that cannot be loaded counts as empty, its header's source and title kept. The
+        cursor is taken before the log is read: counts never claim more than they saw."""
+        cursor = self.store.stat(session_id).cursor
         try:
-            session = self.sessions.get(session_id) or self.library.load(session_id)
-            rendered = self.render_session(session, RenderParams())
+            if session_id in self.sessions:
+                counts = self.counts(self.session(session_id), cursor)
+            else:
+                # loaded for this alone (its objects go by reference counting when it is
+                # done): the cyclic collector need not walk them while it is counted either
+                with collector_paused():
+                    counts = self.counts(self.library.load(session_id), cursor)
         except CompactdError:
             meta = self._header_meta(session_id)
-            return SessionSummary(meta.get("source"), meta.get("title"), 0, 0)
-        meta = session.graph.meta
-        tokens = rendered.tokens()
-        return SessionSummary(
-            meta.get("source"), meta.get("title"), tokens["turns"], tokens["total"]
-        )
+            counts = SessionCounts(cursor, meta.get("source"), meta.get("title"), 0, 0)
+        self.store.keep_counts(session_id, counts)
+        return counts
 
     def evict(self, session_id: str) -> None:
         """Forget a session: everything held for it goes (its graph, estimates, calibration,

@@ -68,6 +68,11 @@ MAX_MESSAGE_BYTES = 16 * 2**20
 """One message, node, tool result or function output, as stored (JSON bytes)."""
 MAX_IMPORT_BYTES = 256 * 2**20
 """One transcript file `session/import` or `session/replay` reads (and each file it refers to)."""
+MAX_IMPORT_AMPLIFICATION = 4
+"""An import writes at most this many times the bytes it read (the transcript and every file it
+refers to): a crafted transcript cannot turn a little input into a huge log."""
+MAX_IMPORT_LOG_BYTES = 2**30
+"""What one import may write in all (every session of the file), whatever it read."""
 
 CLEARED_PLACEHOLDER = (
     "[Old tool result content cleared by compactd; the original is kept in the session graph.]"
@@ -192,6 +197,8 @@ class Policy:
     # Input limits (the daemon's defaults come from its environment; see docs/security.md)
     max_message_bytes: int = MAX_MESSAGE_BYTES
     max_import_bytes: int = MAX_IMPORT_BYTES
+    max_import_amplification: int = MAX_IMPORT_AMPLIFICATION
+    max_import_log_bytes: int = MAX_IMPORT_LOG_BYTES
     max_request_bytes: int = MAX_REQUEST_BYTES
 
 
@@ -327,7 +334,13 @@ def is_compactable(policy: Policy, tool_name: str | None) -> bool:
     return tool_name is not None and tool_name in policy.compactable_tools
 
 
-DAEMON_WIDE = ("max_message_bytes", "max_import_bytes", "max_request_bytes")
+DAEMON_WIDE = (
+    "max_message_bytes",
+    "max_import_bytes",
+    "max_import_amplification",
+    "max_import_log_bytes",
+    "max_request_bytes",
+)
 """Policy values that protect the daemon itself: set for the whole daemon (its environment,
 `docs/security.md`), never by one session's config."""
 

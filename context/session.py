@@ -131,6 +131,11 @@ class Session:
             with self.store.locked(self.id):
                 self.offset = self.store.append(self.id, events)
 
+    def pending_events(self) -> list[dict[str, Any]]:
+        """What a `buffered` block holds that is not written yet (and an unborn session's
+        header): what the block's end will write."""
+        return [*(self.unborn or []), *(self._buffer or [])]
+
     # ---- conversation ----------------------------------------------------------------------
 
     def append(
@@ -384,7 +389,7 @@ class Library:
 
     def load(self, session_id: str) -> Session:
         sid = check_session_id(session_id)
-        with _collector_paused():  # a log's objects all live on: no full collection mid-load
+        with collector_paused():  # a log's objects all live on: no full collection mid-load
             events, report = self.store.read_from(sid, 0)
             graph = Graph(sid)
             for event in events:
@@ -580,13 +585,18 @@ def _use_id_of(tool_ids: dict[str, str], node_id: str) -> str | None:
 
 
 @contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """The cyclic collector off while a log loads: millions of objects that all stay alive
-    made it walk the growing heap again and again (a 100k-message load took twice as long)."""
+    made it walk the growing heap again and again (a 100k-message load took twice as long).
+    The collector is the process's, so what every thread allocated meanwhile is frozen
+    (`gc.freeze`: never walked again, still freed by reference counting) before it is back
+    on: else its first pass walked all of it at once (a 0.5 s pause for every thread, when
+    another thread rendered a big session during the load)."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was:
+            gc.freeze()
             gc.enable()

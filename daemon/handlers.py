@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 from ..context.budget import Budget, known_model
 from ..context.engine import RenderParams as EngineRenderParams
 from ..context.policy import policy_from_config
-from ..context.render.request import RequestSpec
-from ..context.session import UNSET
+from ..context.render.request import Rendered, RequestSpec
+from ..context.session import UNSET, Session
 from ..context.visibility import ViewOptions
 from ..protocol import methods as m
 from ..protocol import types as t
@@ -60,94 +60,100 @@ def assumptions(p: t.RenderParams, budget: Budget) -> list[str]:
 
 
 def register(server: Any, app: App) -> None:
+    """Every method: params checked by `rpc` on the loop, the engine's work in the session's
+    turn off it (`App.run`), so one session's load or render never holds up another's."""
     engine = app.engine
 
     @rpc(server, m.SESSION_OPEN)
-    def session_open(ls: CompactdServer, p: t.OpenParams) -> t.OpenResult:
-        session, created = engine.open(p.session_id, p.config)
-        app.registry.get(session.id)
-        g = session.graph
-        return t.OpenResult(session.id, g.current_branch, g.head(), created)
+    async def session_open(ls: CompactdServer, p: t.OpenParams) -> t.OpenResult:
+        def work() -> t.OpenResult:
+            session, created = engine.open(p.session_id, p.config)
+            g = app.session(session.id).graph
+            return t.OpenResult(session.id, g.current_branch, g.head(), created)
+
+        # a named session in its turn (two opens of one id never race); a new id has none yet
+        return await app.work.run(p.session_id, work)
 
     @rpc(server, m.SESSION_LIST)
-    def session_list(ls: CompactdServer, p: t.ListParams) -> t.ListResult:
-        out = []
-        for sid in engine.list():
-            if p.prefix is not None and not sid.startswith(p.prefix):
-                continue
-            stat = engine.store.stat(sid)
-            loaded = sid in engine.sessions
-            summary = engine.summary(sid, (stat.size, stat.mtime))
-            out.append(
-                t.SessionInfo(
-                    sid,
-                    stat.size,
-                    stat.mtime,
-                    loaded,
-                    source=summary.source,
-                    title=summary.title,
-                    turns=summary.turns,
-                    tokens=summary.tokens,
-                )
+    async def session_list(ls: CompactdServer, p: t.ListParams) -> t.ListResult:
+        out = [
+            t.SessionInfo(
+                sid,
+                stat.size,
+                stat.mtime,
+                sid in engine.sessions,
+                source=counts.source,
+                title=counts.title,
+                turns=counts.turns,
+                tokens=counts.tokens,
             )
+            for sid, stat, counts in await app.listing(p.prefix)
+        ]
         out.sort(key=lambda info: (-info.modified, info.session_id))  # newest first
         return t.ListResult(out)
 
     @rpc(server, m.SESSION_GET)
-    def session_get(ls: CompactdServer, p: t.GetParams) -> dict[str, Any]:
-        app.session(p.session_id)
-        return engine.inspect(p.session_id, p.node_id, p.branch)
+    async def session_get(ls: CompactdServer, p: t.GetParams) -> dict[str, Any]:
+        return await app.run(p.session_id, lambda s: engine.inspect(s.id, p.node_id, p.branch))
 
     @rpc(server, m.SESSION_APPEND)
-    def session_append(
+    async def session_append(
         ls: CompactdServer, p: t.AppendParams, raw: dict[str, Any]
     ) -> t.AppendResult:
-        app.session(p.session_id)
-        result = engine.append(
-            p.session_id,
-            messages=p.messages,
-            nodes=p.nodes,
-            format=p.format,
-            branch=p.branch,
-            function=p.function_id,
-            expected_head=p.expected_head if "expectedHead" in raw else UNSET,
-        )
-        return t.AppendResult(result.head, result.node_ids)
+        def work(session: Session) -> t.AppendResult:
+            result = engine.append(
+                session.id,
+                messages=p.messages,
+                nodes=p.nodes,
+                format=p.format,
+                branch=p.branch,
+                function=p.function_id,
+                expected_head=p.expected_head if "expectedHead" in raw else UNSET,
+            )
+            return t.AppendResult(result.head, result.node_ids)
+
+        return await app.run(p.session_id, work)
 
     @rpc(server, m.SESSION_TOOL_RESULT)
-    def tool_result(ls: CompactdServer, p: t.ToolResultParams) -> t.HeadResult:
-        session = app.session(p.session_id)
-        return t.HeadResult(session.tool_result(p.tool_use_id, p.content, p.is_error).head)
+    async def tool_result(ls: CompactdServer, p: t.ToolResultParams) -> t.HeadResult:
+        return await app.run(
+            p.session_id,
+            lambda s: t.HeadResult(s.tool_result(p.tool_use_id, p.content, p.is_error).head),
+        )
 
     @rpc(server, m.FUNCTION_START)
-    def function_start(ls: CompactdServer, p: t.FunctionStartParams) -> t.FunctionStartResult:
-        session = app.session(p.session_id)
-        fid = session.function_start(
-            p.name,
-            p.input,
-            tool_use_id=p.tool_use_id,
-            parent=p.parent,
-            expose=p.expose,
-            branch=p.branch,
-            function=p.function_id,
-        )
-        return t.FunctionStartResult(fid)
+    async def function_start(ls: CompactdServer, p: t.FunctionStartParams) -> t.FunctionStartResult:
+        def work(session: Session) -> t.FunctionStartResult:
+            fid = session.function_start(
+                p.name,
+                p.input,
+                tool_use_id=p.tool_use_id,
+                parent=p.parent,
+                expose=p.expose,
+                branch=p.branch,
+                function=p.function_id,
+            )
+            return t.FunctionStartResult(fid)
+
+        return await app.run(p.session_id, work)
 
     @rpc(server, m.FUNCTION_COMPLETE)
-    def function_complete(ls: CompactdServer, p: t.FunctionCompleteParams) -> t.HeadResult:
-        session = app.session(p.session_id)
-        session.function_complete(p.function_id, p.output, p.status)
-        return t.HeadResult(session.graph.head())
+    async def function_complete(ls: CompactdServer, p: t.FunctionCompleteParams) -> t.HeadResult:
+        def work(session: Session) -> t.HeadResult:
+            session.function_complete(p.function_id, p.output, p.status)
+            return t.HeadResult(session.graph.head())
+
+        return await app.run(p.session_id, work)
 
     @rpc(server, m.SESSION_BRANCH)
-    def session_branch(ls: CompactdServer, p: t.BranchParams) -> t.BranchResult:
-        session = app.session(p.session_id)
-        return t.BranchResult(p.name, session.create_branch(p.name, p.from_node))
+    async def session_branch(ls: CompactdServer, p: t.BranchParams) -> t.BranchResult:
+        return await app.run(
+            p.session_id, lambda s: t.BranchResult(p.name, s.create_branch(p.name, p.from_node))
+        )
 
     @rpc(server, m.SESSION_CHECKOUT)
-    def session_checkout(ls: CompactdServer, p: t.CheckoutParams) -> t.BranchResult:
-        session = app.session(p.session_id)
-        return t.BranchResult(p.branch, session.checkout(p.branch))
+    async def session_checkout(ls: CompactdServer, p: t.CheckoutParams) -> t.BranchResult:
+        return await app.run(p.session_id, lambda s: t.BranchResult(p.branch, s.checkout(p.branch)))
 
     @rpc(server, m.SESSION_IMPORT)
     async def session_import(ls: CompactdServer, p: t.ImportParams) -> t.ImportResult:
@@ -164,27 +170,32 @@ def register(server: Any, app: App) -> None:
 
     @rpc(server, m.CONTEXT_RENDER)
     async def context_render(ls: CompactdServer, p: t.RenderParams) -> t.RenderResult:
-        session = app.session(p.session_id)
         params = engine_params(p)
         if not p.dry_run:  # a preview is not the request the idle work prepares for
-            app.last_params[session.id] = params
+            app.last_params[p.session_id] = params
         # an overflow the client reported makes this render run Tier 5 even without `cascade`:
         # the same request would only be rejected again
-        reported = engine.take_overflow(session.id, keep=p.dry_run)
+        reported = engine.take_overflow(p.session_id, keep=p.dry_run)
         if p.cascade or p.overflow is not None or reported is not None:
             rendered, events = await render_with_cascade(
                 app,
-                session.id,
+                p.session_id,
                 params,
                 p.overflow,
                 reported,
                 p.work_done_token,
+                touch=not p.dry_run,
                 dry_run=p.dry_run,
             )
         else:
-            rendered, events = engine.render(session.id, params, remember=not p.dry_run), []
-        if not p.dry_run:
-            app.touch(session)
+
+            def work(session: Session) -> Rendered:
+                rendered = engine.render(session.id, params, remember=not p.dry_run)
+                if not p.dry_run:
+                    app.touch(session)
+                return rendered
+
+            rendered, events = await app.run(p.session_id, work), []
         return t.RenderResult(
             rendered.request,
             render_tokens(rendered.tokens()),
@@ -194,36 +205,38 @@ def register(server: Any, app: App) -> None:
         )
 
     @rpc(server, m.CONTEXT_MEASURE)
-    def context_measure(ls: CompactdServer, p: t.RenderParams) -> t.MeasureResult:
-        session = app.session(p.session_id)
-        rendered = engine.render(session.id, engine_params(p), remember=False)
-        tokens = rendered.tokens()
-        return t.MeasureResult(
-            total=tokens["total"],
-            window=tokens["window"],
-            limit=tokens["limit"],
-            free=tokens["free"],
-            output_reserve=tokens["outputReserve"],
-            categories=tokens["categories"],
-            threshold=int(engine.policy(session).cascade_threshold * tokens["limit"]),
-            advice=engine.measure_advice(session, rendered),
-            turns=tokens["turns"],
-            turns_shown=tokens["turnsShown"],
-            warnings=assumptions(p, rendered.budget),
-        )
+    async def context_measure(ls: CompactdServer, p: t.RenderParams) -> t.MeasureResult:
+        def work(session: Session) -> t.MeasureResult:
+            rendered = engine.render(session.id, engine_params(p), remember=False)
+            tokens = rendered.tokens()
+            return t.MeasureResult(
+                total=tokens["total"],
+                window=tokens["window"],
+                limit=tokens["limit"],
+                free=tokens["free"],
+                output_reserve=tokens["outputReserve"],
+                categories=tokens["categories"],
+                threshold=int(engine.policy(session).cascade_threshold * tokens["limit"]),
+                advice=engine.measure_advice(session, rendered),
+                turns=tokens["turns"],
+                turns_shown=tokens["turnsShown"],
+                warnings=assumptions(p, rendered.budget),
+            )
+
+        return await app.run(p.session_id, work)
 
     @rpc(server, m.CONTEXT_COMPACT)
     async def context_compact(ls: CompactdServer, p: t.CompactParams) -> t.CompactResult:
-        session = app.session(p.session_id)
-        return await compact(app, session.id, engine_params(p), p.instructions, p.work_done_token)
+        return await compact(app, p.session_id, engine_params(p), p.instructions, p.work_done_token)
 
     @rpc(server, m.CONTEXT_SNIP)
-    def context_snip(ls: CompactdServer, p: t.SnipParams) -> t.SnipResult:
-        session = app.session(p.session_id)
-        outcome = engine.snip(session.id, engine_params(p), p.target_tokens)
+    async def context_snip(ls: CompactdServer, p: t.SnipParams) -> t.SnipResult:
+        outcome = await app.run(
+            p.session_id, lambda s: engine.snip(s.id, engine_params(p), p.target_tokens)
+        )
         for event in outcome.events:
             if event.applied:
-                app.notify_compacted(session.id, event)
+                app.notify_compacted(p.session_id, event)
         snip = next((e for e in outcome.events if e.tier == "snip"), None)
         applied = bool(snip and snip.applied)
         return t.SnipResult(
@@ -235,32 +248,35 @@ def register(server: Any, app: App) -> None:
         )
 
     @rpc(server, m.CONTEXT_UNCOLLAPSE)
-    def context_uncollapse(ls: CompactdServer, p: t.UncollapseParams) -> t.UncollapseResult:
-        session = app.session(p.session_id)
-        record_id = engine.uncollapse(session.id, p.collapse_id)
+    async def context_uncollapse(ls: CompactdServer, p: t.UncollapseParams) -> t.UncollapseResult:
+        record_id = await app.run(p.session_id, lambda s: engine.uncollapse(s.id, p.collapse_id))
         return t.UncollapseResult(record_id is not None, record_id)
 
     @rpc(server, m.CONTEXT_RECALL)
-    def context_recall(ls: CompactdServer, p: t.RecallParams) -> t.RecallResult:
-        session = app.session(p.session_id)
-        got = engine.recall(session.id, p.handle, p.start_line, p.end_line, p.branch)
-        return t.RecallResult(
-            got.text, got.total_lines, got.start_line, got.end_line, got.truncated
-        )
+    async def context_recall(ls: CompactdServer, p: t.RecallParams) -> t.RecallResult:
+        def work(session: Session) -> t.RecallResult:
+            got = engine.recall(session.id, p.handle, p.start_line, p.end_line, p.branch)
+            return t.RecallResult(
+                got.text, got.total_lines, got.start_line, got.end_line, got.truncated
+            )
+
+        return await app.run(p.session_id, work)
 
     @rpc(server, m.CONTEXT_REPORT_USAGE)
-    def report_usage(ls: CompactdServer, p: t.ReportUsageParams) -> t.ReportUsageResult:
-        session = app.session(p.session_id)
-        report = engine.report(
-            session.id,
-            p.model,
-            p.usage,
-            p.error and (p.error.status, p.error.message),
-            p.applied_edits,
-        )
-        return t.ReportUsageResult(
-            report.ratio, report.reported, report.estimated, report.overflow, report.limit
-        )
+    async def report_usage(ls: CompactdServer, p: t.ReportUsageParams) -> t.ReportUsageResult:
+        def work(session: Session) -> t.ReportUsageResult:
+            report = engine.report(
+                session.id,
+                p.model,
+                p.usage,
+                p.error and (p.error.status, p.error.message),
+                p.applied_edits,
+            )
+            return t.ReportUsageResult(
+                report.ratio, report.reported, report.estimated, report.overflow, report.limit
+            )
+
+        return await app.run(p.session_id, work)
 
     @rpc(server, m.SESSION_REPLAY)
     async def session_replay(ls: CompactdServer, p: t.ReplayParams) -> dict[str, Any]:

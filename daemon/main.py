@@ -9,6 +9,7 @@ import os
 import sys
 
 from ..context.errors import CompactdError
+from ..context.secrets import scrub, scrub_logs
 from ..service import background
 from ..service.app import App, Settings
 from ..service.settings import settings_from
@@ -33,6 +34,7 @@ def serve(args: argparse.Namespace) -> int:
         level=level,
         format="compactd %(levelname)s %(name)s: %(message)s",
     )
+    scrub_logs()  # no secret compactd holds in any line it logs
     for name in ("pygls", "watchfiles"):
         logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLogger().level))
     # pygls logs every error answer with a traceback; the client already got a clear error
@@ -42,16 +44,18 @@ def serve(args: argparse.Namespace) -> int:
     try:
         server, app = build(settings_from(args))
     except CompactdError as exc:  # e.g. an unsupported --store URL, an unreachable database
-        print(f"compactd: {exc}", file=sys.stderr)
+        print(f"compactd: {scrub(str(exc))}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(
+        code = asyncio.run(
             serve_stdio(
                 server,
                 background=background.start(app),
                 max_request_bytes=app.engine.limits.max_request_bytes,
             )
         )
+        app.close()  # the counts of what this daemon wrote, for the next one's listing
+        return code
     except KeyboardInterrupt:  # Ctrl-C on a daemon started by hand: a quiet 130
         return 130
     finally:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import re
@@ -118,13 +119,71 @@ def _invalid(server: Any, msg_id: Any, message: str) -> None:
     server.protocol.send_error(msg_id, error)
 
 
+LSP_METHODS = frozenset(
+    {
+        "initialize",
+        "initialized",
+        "shutdown",
+        "exit",
+        "$/cancelRequest",
+        "$/setTrace",
+        "window/workDoneProgress/cancel",
+    }
+)
+"""The LSP methods the daemon answers besides its own (`protocol.types.METHODS`): the
+lifecycle pygls runs. Any other method is −32601, whatever its params."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def parse_body(body: bytes) -> Any:
+    """A message body's JSON. Text a UTF-8 encoder would have repaired is repaired the same
+    way, not refused: a lone surrogate escape (`"\\ud83d"`, what `JSON.stringify` writes for
+    a string cut mid-emoji) or a byte that is not UTF-8 becomes U+FFFD, so the request is
+    answered on its own id. Anything else that is not JSON raises `orjson.JSONDecodeError`."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        failure = exc
+    try:
+        data = json.loads(
+            body.decode("utf-8", errors="replace"),
+            parse_constant=_not_json,
+            parse_int=_integer,
+        )
+    except (ValueError, RecursionError):
+        raise failure from None
+    log.warning("a message held text that is not UTF-8 (a lone surrogate?): replaced by U+FFFD")
+    return _repaired(data)
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _integer(text: str) -> int | float:
+    """As orjson reads one: past 64 bits, a float."""
+    value = int(text) if len(text) < 30 else 2**64
+    return value if -(2**63) <= value < 2**64 else float(text)
+
+
+def _repaired(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_repaired(v) for v in value]
+    if isinstance(value, dict):
+        return {_repaired(k): _repaired(v) for k, v in value.items()}
+    return value
+
+
 def dispatch(server: Any, body: bytes) -> None:
     """Parse one message body and hand it to the protocol, answering what it cannot. A
-    request the daemon cannot answer by its own id is refused before it runs. Until pygls is
-    loaded, the front answers compactd's own requests itself (`daemon.front`); pygls' types
-    are imported only on its path."""
+    request the daemon cannot answer by its own id is refused before it runs, and one for a
+    method it does not have is −32601 before its params are looked at. Until pygls is loaded,
+    the front answers compactd's own requests itself (`daemon.front`); pygls' types are
+    imported only on its path."""
     try:
-        data = orjson.loads(body)
+        data = parse_body(body)
     except orjson.JSONDecodeError as exc:
         from pygls.exceptions import JsonRpcParseError
 
@@ -145,6 +204,15 @@ def dispatch(server: Any, body: bytes) -> None:
         method = data["method"]
         if not isinstance(method, str):
             _invalid(server, msg_id, "'method' must be a string")
+            return
+        if method not in METHODS and method not in LSP_METHODS:
+            if has_id:
+                from pygls.exceptions import JsonRpcMethodNotFound
+
+                error = JsonRpcMethodNotFound(message=f"Method Not Found: {method}")
+                server.protocol.send_error(msg_id, error)
+            else:
+                log.info("dropping a notification of an unknown method %r", method[:80])
             return
         if method in METHODS and data.get("params", None) in (None, []):
             data["params"] = {}  # `{}`, `[]`, `null` and omitted all mean "no arguments"

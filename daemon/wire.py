@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..context.secrets import scrub, scrub_data
 from ..protocol import errors
 
 log = logging.getLogger("compactd.daemon")
@@ -29,7 +30,8 @@ def clean_error(error: dict[str, Any]) -> dict[str, Any]:
     """Every error a client gets carries `data.kind` and nothing of the daemon's insides:
     pygls puts a traceback in `data` of errors it raises itself, and an unexpected
     exception's text may name local paths — so internal errors get a fixed message and the
-    original goes to the log. (Here, free of pygls, so the front answers the same way.)"""
+    original goes to the log; and no secret compactd holds is in any (`context.secrets`).
+    (Here, free of pygls, so the front answers the same way.)"""
     code = error.get("code")
     data = error.get("data")
     data = dict(data) if isinstance(data, dict) else {}
@@ -40,4 +42,6 @@ def clean_error(error: dict[str, Any]) -> dict[str, Any]:
         log.warning("internal error answered to a client: %s", message)
         message = INTERNAL_MESSAGE
         data = {"kind": "internal_error", **({"type": data["type"]} if "type" in data else {})}
-    return {"code": code, "message": message, "data": data}
+    # no secret compactd holds, whoever's words carried it (a driver, a provider, a gateway)
+    message = scrub(message) if isinstance(message, str) else message
+    return {"code": code, "message": message, "data": scrub_data(data)}

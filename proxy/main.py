@@ -15,6 +15,7 @@ import attrs
 from aiohttp import web
 
 from ..context.errors import CompactdError
+from ..context.secrets import scrub_logs
 from ..service import background
 from ..service.app import App
 from ..service.settings import settings_from
@@ -89,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(
         stream=sys.stderr, level=level, format="compactd %(levelname)s %(name)s: %(message)s"
     )
+    scrub_logs()  # no secret compactd holds in any line it logs
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     for name in ("watchfiles", "httpx", "httpx2", "anthropic"):
         logging.getLogger(name).setLevel(logging.WARNING)

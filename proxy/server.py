@@ -28,6 +28,7 @@ from ..context.decompose import Spec, from_anthropic
 from ..context.engine import RenderParams
 from ..context.errors import CompactdError, InvalidContent, InvalidGraph, InvalidPairing
 from ..context.render.request import Rendered, RequestSpec
+from ..context.session import Session
 from ..context.stores.interface import SESSION_ID_RE
 from ..context.tiers.reactive import parse_overflow
 from ..context.visibility import ViewOptions
@@ -290,38 +291,53 @@ class Proxy:
         )
         self.credentials[sid] = Credentials(_relayed(request.headers), model, wire, upstream)
         async with self.app.registry.lock(sid):
-            if not self.engine.library.exists(sid) and sid not in self.engine.sessions:
-                self.engine.open(sid, config, {"source": "proxy", "client": _agent(request)})
-            session = self.app.session(sid)
-            found = match(session.graph, request_fingerprints(specs), self._branch.get(sid))
-            branch = found.branch
-            try:
-                if not found.extends:
-                    branch = _fork_name(session.graph.branches)
-                    session.create_branch(branch, found.fork_at, empty=found.fork_at is None)
-                    log.info(
-                        "session %s: the client's history leaves branch %s after %d of its %d "
-                        "parts (it compacted, edited or cleared it); forked branch %s there",
-                        sid,
-                        found.branch,
-                        found.shared,
-                        found.held,
-                        branch,
-                    )
-                tail = specs[found.shared :]
-                if tail:  # the client resends it with every request: no fsync to wait for
-                    session.append(tail, branch=branch, durable=False)
-            except (InvalidPairing, InvalidGraph) as exc:
-                log.warning(
-                    "session %s: the client's history cannot be kept (%s); this request goes "
-                    "upstream as the client sent it",
-                    sid,
-                    exc,
-                )
-                return None
-            self._branch[sid] = branch
-            self.app.touch(session)
+            # the session's work off the loop, in its turn: other sessions go on meanwhile
+            branch = await self.app.work.run(sid, lambda: self._keep(sid, specs, config, request))
+        if branch is None:
+            return None
         return Placed(sid, branch)
+
+    def _keep(
+        self,
+        sid: str,
+        specs: list[Spec],
+        config: dict[str, Any] | None,
+        request: web.Request,
+    ) -> str | None:
+        """`_place`'s work, in the session's turn: the branch the tail went to, or None when
+        the client's history cannot be kept."""
+        if not self.engine.library.exists(sid) and sid not in self.engine.sessions:
+            self.engine.open(sid, config, {"source": "proxy", "client": _agent(request)})
+        session = self.app.session(sid)
+        found = match(session.graph, request_fingerprints(specs), self._branch.get(sid))
+        branch = found.branch
+        try:
+            if not found.extends:
+                branch = _fork_name(session.graph.branches)
+                session.create_branch(branch, found.fork_at, empty=found.fork_at is None)
+                log.info(
+                    "session %s: the client's history leaves branch %s after %d of its %d "
+                    "parts (it compacted, edited or cleared it); forked branch %s there",
+                    sid,
+                    found.branch,
+                    found.shared,
+                    found.held,
+                    branch,
+                )
+            tail = specs[found.shared :]
+            if tail:  # the client resends it with every request: no fsync to wait for
+                session.append(tail, branch=branch, durable=False)
+        except (InvalidPairing, InvalidGraph) as exc:
+            log.warning(
+                "session %s: the client's history cannot be kept (%s); this request goes "
+                "upstream as the client sent it",
+                sid,
+                exc,
+            )
+            return None
+        self._branch[sid] = branch
+        self.app.touch(session)
+        return branch
 
     def _params(
         self,
@@ -395,14 +411,17 @@ class Proxy:
         clean = {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
         async with self.app.registry.lock(placed.session_id):
             try:
-                self.engine.record_usage(
+                await self.app.work.run(
                     placed.session_id,
-                    model,
-                    clean,
-                    estimated=rendered.estimate,
-                    sent=rendered.sent_estimate,
-                    applied_edits=applied_edits or None,
-                    durable=False,
+                    lambda: self.engine.record_usage(
+                        placed.session_id,
+                        model,
+                        clean,
+                        estimated=rendered.estimate,
+                        sent=rendered.sent_estimate,
+                        applied_edits=applied_edits or None,
+                        durable=False,
+                    ),
                 )
             except CompactdError as exc:
                 log.warning("session %s: usage not recorded: %s", placed.session_id, exc)
@@ -542,15 +561,21 @@ class Proxy:
             specs = sorted_specs(from_anthropic(req.messages))
         except (api.ApiError, InvalidContent):
             return None
-        session = self.app.session(sid)
-        found = match(session.graph, request_fingerprints(specs), self._branch.get(sid))
-        if not found.extends:
+
+        def render(session: Session) -> tuple[Rendered, int] | None:
+            found = match(session.graph, request_fingerprints(specs), self._branch.get(sid))
+            if not found.extends:
+                return None
+            params = self._params(
+                req.model, 1, req.system, req.tools, req.cache_ttl, found.branch, "anthropic"
+            )
+            return self.engine.render(sid, params, remember=False), found.shared
+
+        got = await self.app.run(sid, render)  # off the loop, in the session's turn
+        if got is None:
             return None
-        params = self._params(
-            req.model, 1, req.system, req.tools, req.cache_ttl, found.branch, "anthropic"
-        )
-        rendered = self.engine.render(sid, params, remember=False)
-        tail = req.messages[_message_count(req.messages, specs, found.shared) :]
+        rendered, shared = got
+        tail = req.messages[_message_count(req.messages, specs, shared) :]
         counted = {**body, "messages": [*rendered.request["messages"], *tail]}
         if "system" in rendered.request:
             counted["system"] = rendered.request["system"]

@@ -16,6 +16,7 @@ from typing import Any
 from ..context.session import Session
 from ..protocol import methods
 from ..protocol.types import SessionIdleNotification
+from . import scratch
 from .app import App
 from .compaction import prepare_summary
 
@@ -36,15 +37,16 @@ class Sleeping:
         if at is not None:
             self.due[session.id] = at
 
-    def wake_due(self, now: float) -> None:
-        """Load each session whose idle work is due: its first touch does that work (under
-        the store's claim), after which it is evicted again in its time."""
+    async def wake_due(self, now: float) -> None:
+        """Load each session whose idle work is due, in its turn: its first touch does that
+        work (under the store's claim), after which it is evicted again in its time."""
         for sid, at in list(self.due.items()):
             if at > now:
                 continue
             del self.due[sid]
             if sid not in self.app.engine.sessions:
-                self.app.session(sid)  # the first-touch hook runs the idle work
+                # the first-touch hook runs the idle work
+                await self.app.work.run(sid, lambda sid=sid: self.app.session(sid))
 
 
 def start(app: App) -> list[Coroutine[Any, Any, None]]:
@@ -54,7 +56,7 @@ def start(app: App) -> list[Coroutine[Any, Any, None]]:
     if app.settings.idle_work:
         app.registry.on_first_touch.append(lambda session: run_idle_if_due(app, session))
         app.registry.on_evicting.append(sleeping.remember)
-    tasks = [idle_loop(app, sleeping), warm_tokenizer()]
+    tasks = [idle_loop(app, sleeping), warm_tokenizer(), sweep_at_start(app)]
     if app.settings.watch:
         tasks.append(watch_loop(app))
     return tasks
@@ -76,44 +78,62 @@ def _run_idle(app: App, session: Session) -> None:
     outcome = app.engine.run_idle(session)
     for event in outcome.events:
         app.notify_compacted(session.id, event)
-    app.front.notify(
+    app.notify(
         methods.NOTIFY_SESSION_IDLE,
         SessionIdleNotification(session_id=session.id, idle_seconds=idle, cleared=outcome.cleared),
     )
 
 
 async def idle_loop(app: App, sleeping: Sleeping) -> None:
+    """Every `idle_check_seconds`: wake the evicted sessions whose idle work fell due, keep the
+    counts of quiet sessions, evict the unused ones, and do each loaded session's idle work in
+    its turn (off the loop, never marking it used)."""
     while True:
         await asyncio.sleep(app.settings.idle_check_seconds)
         try:
-            sleeping.wake_due(app.engine.clock())
+            await sleeping.wake_due(app.engine.clock())
+            await app.keep_quiet_counts()
             app.registry.evict_idle()
             if not app.settings.idle_work:
                 continue
             for sid in app.registry.loaded():
                 if app.registry.lock(sid).locked():
                     continue
-                session = app.engine.sessions.get(sid)
-                if session is None:
-                    continue
-                run_idle_if_due(app, session)  # under the store's claim
-                prepare_if_idle(app, session)
+                params = await app.work.run(sid, lambda sid=sid: _idle_work(app, sid))
+                if params is not None:
+                    prepare(app, sid, params)
         except Exception:
             log.exception("idle check failed")
 
 
-def prepare_if_idle(app: App, session: Session) -> None:
-    """While the user is away and the next compaction is near, prepare the next rolling
-    summary so the compaction that will come costs no waiting. A task of its own, one per
-    session at a time: the idle loop (and every other session) does not wait for it."""
+def _idle_work(app: App, session_id: str) -> Any | None:
+    """One session's idle work (in its turn); the render params to prepare the next summary
+    with, when that is worth it now."""
+    session = app.engine.sessions.get(session_id)
+    if session is None:
+        return None
+    run_idle_if_due(app, session)  # under the store's claim
+    return preparation_due(app, session)
+
+
+def preparation_due(app: App, session: Session) -> Any | None:
+    """While the user is away and the next compaction is near, the next rolling summary is
+    prepared so the compaction that will come costs no waiting: the params of the session's
+    last render, once it has been idle `prepareIdleSeconds`, when none is being prepared."""
     params = app.last_params.get(session.id)
     if params is None or session.id in app.preparing:
-        return
+        return None
     idle = time.time() - session.graph.last_activity
     if idle < app.engine.policy(session).prepare_idle_seconds:
-        return
-    task = asyncio.create_task(_prepare(app, session.id, params))
-    app.preparing[session.id] = task
+        return None
+    return params
+
+
+def prepare(app: App, session_id: str, params: Any) -> None:
+    """A task of its own, one per session at a time: the idle loop (and every other
+    session) does not wait for it."""
+    if session_id not in app.preparing:
+        app.preparing[session_id] = asyncio.create_task(_prepare(app, session_id, params))
 
 
 async def _prepare(app: App, session_id: str, params: Any) -> None:
@@ -138,9 +158,25 @@ async def watch_loop(app: App) -> None:
             if session is None:
                 continue
             try:
-                session.catch_up()
+                await app.work.run(target, session.catch_up)  # in its turn, off the loop
             except Exception:
                 log.exception("catching up %s failed", session.id)
+
+
+async def sweep_at_start(app: App) -> None:
+    """What killed daemons left, off the first request's path (in a worker thread): failed
+    creates moved aside (a daemon killed mid-create, an older compactd's empty log; the
+    operator is told), scratch folders no one holds removed (a replay killed mid-way)."""
+    try:
+        moved = await app.work.run(None, app.engine.store.sweep)
+        removed = await app.work.run(None, lambda: scratch.sweep(app.settings.data_dir))
+    except Exception:
+        log.exception("sweeping the data dir failed")
+        return
+    for what in moved:
+        app.store_said("warning", f"found what a failed create left: {what}")
+    if removed:
+        log.info("removed %d scratch folder(s) a stopped daemon left: %s", len(removed), removed)
 
 
 async def warm_tokenizer() -> None:

@@ -16,11 +16,17 @@ Clock = Callable[[], float]
 
 class Registry:
     def __init__(
-        self, engine: Engine, *, evict_after: float = 600.0, clock: Clock = time.monotonic
+        self,
+        engine: Engine,
+        *,
+        evict_after: float = 600.0,
+        clock: Clock = time.monotonic,
+        busy: Callable[[str], bool] = lambda session_id: False,
     ) -> None:
         self.engine = engine
         self.evict_after = evict_after
         self.clock = clock
+        self.busy = busy  # work for the session is running or waiting: never evicted then
         self.last_used: dict[str, float] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.on_first_touch: list[Callable[[Session], None]] = []
@@ -55,7 +61,7 @@ class Registry:
         gone = []
         for sid in list(self.engine.sessions):
             lock = self._locks.get(sid)
-            if lock is not None and lock.locked():
+            if (lock is not None and lock.locked()) or self.busy(sid):
                 continue
             if now - self.last_used.setdefault(sid, now) >= self.evict_after:
                 for hook in self.on_evicting:

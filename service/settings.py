@@ -58,6 +58,8 @@ LIMIT_VARIABLES = {
     "COMPACTD_MAX_REQUEST_BYTES": "max_request_bytes",
     "COMPACTD_MAX_MESSAGE_BYTES": "max_message_bytes",
     "COMPACTD_MAX_IMPORT_BYTES": "max_import_bytes",
+    "COMPACTD_MAX_IMPORT_AMPLIFICATION": "max_import_amplification",
+    "COMPACTD_MAX_IMPORT_LOG_BYTES": "max_import_log_bytes",
 }
 
 
@@ -74,6 +76,7 @@ def limits_from(env: Mapping[str, str]) -> dict[str, int]:
         except ValueError:
             value = -1
         if value <= 0:
-            raise SystemExit(f"compactd: {variable} must be a positive number of bytes")
+            what = "number" if field == "max_import_amplification" else "number of bytes"
+            raise SystemExit(f"compactd: {variable} must be a positive {what}")
         limits[field] = value
     return limits

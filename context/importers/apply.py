@@ -138,10 +138,13 @@ def import_sessions(
     *,
     session_id: str | None = None,
     stopped: Callable[[], bool] | None = None,
+    before_writing: Callable[[list[Session]], None] | None = None,
 ) -> list[Session]:
     """Create one session per (conversation, source digest), all or none: each is built in
     memory and the logs are written (one fsync each) only once every one is built. `stopped`
-    is asked before each op; when it says yes, `Stopped` is raised and nothing is written."""
+    is asked before each op; when it says yes, `Stopped` is raised and nothing is written.
+    `before_writing(sessions)` sees them all built, before any is written (an import's bound
+    on what it writes): what it raises leaves nothing written either."""
     sessions: list[Session] = []
     with contextlib.ExitStack() as pending:
         for imported, digest in conversations:
@@ -150,6 +153,8 @@ def import_sessions(
             pending.enter_context(session.buffered())  # written when the stack closes
             _apply_all(session, imported, stopped)
             sessions.append(session)
+        if before_writing is not None:
+            before_writing(sessions)
     return sessions
 
 

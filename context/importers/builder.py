@@ -27,7 +27,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
+import orjson
 
+from ..errors import InvalidPairing
+from .jsonio import json_type
 from .plan import MAIN, Compaction, FunctionEnd, FunctionStart, Messages, ModelCall, Note, Op
 
 __all__ = ["FunctionResolver", "FunctionRun", "ThreadBuilder"]
@@ -147,8 +150,14 @@ class ThreadBuilder:
     def result(
         self, block: dict[str, Any], *, timestamp: float | None = None, info: Any = None
     ) -> None:
-        """A `tool_result` block; it must answer a call of the open assistant message."""
+        """A `tool_result` block; it must answer a call of the open assistant message. An id
+        that is not a string can name no call: `InvalidPairing`."""
         call_id = block.get("tool_use_id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise InvalidPairing(
+                f"a tool result's id must be a string, got a JSON {json_type(call_id)}",
+                toolUseId=orjson.dumps(call_id).decode()[:60],
+            )
         turn = self._turn
         call = turn.calls.get(call_id) if turn is not None and isinstance(call_id, str) else None
         if call is None:

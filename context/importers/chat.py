@@ -27,7 +27,8 @@ def is_chat_message(value: Any) -> bool:
     """A dict shaped as an Anthropic or OpenAI chat message."""
     return (
         isinstance(value, dict)
-        and value.get("role") in HISTORY_ROLES
+        and isinstance(value.get("role"), str)  # an object is no role (nor hashable)
+        and value["role"] in HISTORY_ROLES
         and ("content" in value or "tool_calls" in value)
     )
 

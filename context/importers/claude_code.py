@@ -33,6 +33,7 @@ counted in `warnings`. `isMeta` user lines become `"meta": True` messages.
 
 A result spilled to disk (`<persisted-output>` … `tool-results/<id>.txt`) is replaced by the full
 file text when the file is next to the session; otherwise the preview stays and a warning says so.
+A file is read for one result only: another result naming the same file keeps its preview.
 Thinking blocks pass through untouched (signatures included). tool_use blocks lose only a
 `caller` of `{"type": "direct"}` — Claude Code's default, which a request must not echo back.
 The session file has no system prompt, so `system` is None.
@@ -51,8 +52,8 @@ import attrs
 from ..errors import InvalidContent, InvalidPath
 from ..tokens import first_tokens
 from .builder import FunctionRun, ThreadBuilder
-from .files import read_inside
-from .jsonio import iso_to_unix, read_jsonl
+from .files import list_inside, read_inside
+from .jsonio import Records, iso_to_unix, read_jsonl, record_at
 from .plan import MAIN, Compaction, ImportedSession, Note
 
 _ANTHROPIC_USAGE_KEYS = (
@@ -86,11 +87,21 @@ class _Subagent:
     path: Path | None = None
     lines: list[dict[str, Any]] | None = None
     claimed: bool = False
+    warn: Callable[[str], None] | None = None
 
     def records(self, skip: Callable[[bytes], bool]) -> list[dict[str, Any]]:
+        """Its lines; a file that cannot be read inside the session's folder (more than one
+        link, gone meanwhile) holds none, and says so."""
         if self.lines is None:
             assert self.path is not None
-            self.lines = read_jsonl(self.path, skip=skip, data=_read_subagent(self.path))
+            try:
+                data = _read_subagent(self.path)
+            except InvalidPath as error:
+                if self.warn is not None:
+                    self.warn(f"sub-agent transcript {self.path.name} not read: {error.message}")
+                self.lines = Records()
+            else:
+                self.lines = read_jsonl(self.path, skip=skip, data=data)
         return self.lines
 
     def prompt(self, skip: Callable[[bytes], bool]) -> str | None:
@@ -120,12 +131,14 @@ class _SessionImport:
         self.sidechains: list[_Subagent] = []
         self.compaction_calls: list[Note] = []
         self.sent: dict[str, Any] = {}  # spilled results read back: what the model got instead
+        self.spilled: dict[str, Any] = {}  # spilled file name -> the call it was read for
         self.reads = _RecentReads()  # what Claude Code re-reads after it compacts
+        self.lines = Records()  # the session file's, each knowing its line
 
     # top level
 
     def run(self) -> ImportedSession:
-        lines = read_jsonl(self.path, skip=self._skip_progress)
+        lines = self.lines = read_jsonl(self.path, skip=self._skip_progress)
         main_lines = [line for line in lines if not line.get("isSidechain")]
         self.sidechains = _group_sidechains([line for line in lines if line.get("isSidechain")])
         self._index_subagent_folder()
@@ -169,42 +182,71 @@ class _SessionImport:
         return True
 
     def _index_subagent_folder(self) -> None:
-        folder = self.session_dir / "subagents"
-        if not folder.is_dir():
+        """The agent files of `<session>/subagents/`, listed only inside the transcript's own
+        folder: a session folder or `subagents/` folder that is a symlink is not followed,
+        not even to list it (a warning says so)."""
+        try:
+            names = list_inside(self.path.parent, self.session_dir.name, "subagents")
+        except InvalidPath as error:
+            self.warnings.append(f"the sub-agent folder was not read: {error.message}")
             return
-        for file in sorted(folder.glob("agent-*.jsonl")):
+        folder = self.session_dir / "subagents"
+        for name in names or []:
+            if not (name.startswith("agent-") and name.endswith(".jsonl")):
+                continue
+            file = folder / name
             if file.is_symlink() or not file.is_file():
                 self.warnings.append(f"sub-agent transcript {file.name} is not a regular file")
                 continue
             agent_id = file.stem.removeprefix("agent-")
             if agent_id.startswith("acompact"):
-                self.compaction_calls.append(self._compaction_call(file, agent_id))
+                try:
+                    self.compaction_calls.append(self._compaction_call(file, agent_id))
+                except InvalidPath as error:
+                    self.warnings.append(f"sub-agent transcript {name} not read: {error.message}")
             else:
-                self.subagents_by_id[agent_id] = _Subagent(f"agent-{agent_id}", path=file)
+                subagent = _Subagent(f"agent-{agent_id}", path=file, warn=self.warnings.append)
+                self.subagents_by_id[agent_id] = subagent
         self.compaction_calls.sort(key=lambda note: note.timestamp or 0.0)
 
     # lines → builder
 
-    def _feed(self, builder: ThreadBuilder, lines: list[dict[str, Any]], *, main: bool) -> None:
+    def _feed(
+        self,
+        builder: ThreadBuilder,
+        lines: list[dict[str, Any]],
+        *,
+        main: bool,
+        file: Path | None = None,
+        numbered: Records | None = None,
+    ) -> None:
+        """Feed the builder one file's lines (the session's, or a `subagents/` file's), each
+        read as a record of that file: what cannot be read names the line."""
+        file = file or self.path
+        numbered = numbered if numbered is not None else self.lines
         for line in lines:
-            kind = line.get("type")
-            timestamp = iso_to_unix(line.get("timestamp"))
-            if kind == "assistant":
-                self._assistant(builder, line, timestamp, main=main)
-            elif kind == "user":
-                self._user(builder, line, timestamp)
-            elif kind == "system" and line.get("subtype") == "compact_boundary":
-                self._compact_boundary(builder, line, timestamp, main=main)
-            elif kind == "summary":
-                summary = line.get("summary")
-                if main and self.title is None and isinstance(summary, str):
-                    self.title = summary
-                data = {"summary": summary, "leafUuid": line.get("leafUuid")}
-                builder.note(Note("claude_code_summary", data, timestamp))
-            elif kind == "system":
-                self.skipped[f"system/{line.get('subtype')}"] += 1
-            else:
-                self.skipped[str(kind)] += 1
+            with record_at(file, numbered.line(line)):
+                self._line(builder, line, main=main)
+
+    def _line(self, builder: ThreadBuilder, line: dict[str, Any], *, main: bool) -> None:
+        kind = line.get("type")
+        timestamp = iso_to_unix(line.get("timestamp"))
+        if kind == "assistant":
+            self._assistant(builder, line, timestamp, main=main)
+        elif kind == "user":
+            self._user(builder, line, timestamp)
+        elif kind == "system" and line.get("subtype") == "compact_boundary":
+            self._compact_boundary(builder, line, timestamp, main=main)
+        elif kind == "summary":
+            summary = line.get("summary")
+            if main and self.title is None and isinstance(summary, str):
+                self.title = summary
+            data = {"summary": summary, "leafUuid": line.get("leafUuid")}
+            builder.note(Note("claude_code_summary", data, timestamp))
+        elif kind == "system":
+            self.skipped[f"system/{line.get('subtype')}"] += 1
+        else:
+            self.skipped[str(kind)] += 1
 
     def _assistant(
         self, builder: ThreadBuilder, line: dict[str, Any], timestamp: float | None, *, main: bool
@@ -320,6 +362,13 @@ class _SessionImport:
         comes from the transcript, which is untrusted input)."""
         match = _SPILL_PATH.search(preview)
         name = re.split(r"[\\/]", match.group(1))[-1] if match else f"{call_id}.txt"
+        if name in self.spilled:  # one file per call: a second reference is crafted
+            self.warnings.append(
+                f"spilled output {name} of {call_id} was read for {self.spilled[name]} "
+                "already; kept the preview (a file is stored once)"
+            )
+            return None
+        self.spilled[name] = call_id
         try:
             data = read_inside(self.path.parent, self.session_dir.name, "tool-results", name)
         except (InvalidPath, InvalidContent):
@@ -356,7 +405,15 @@ class _SessionImport:
             warn=lambda message: self.warnings.append(f"sub-agent {subagent.name}: {message}"),
             resolve_function=self._resolve,
         )
-        self._feed(builder, subagent.records(self._skip_progress), main=False)
+        records = subagent.records(self._skip_progress)
+        in_file = isinstance(records, Records)  # a subagents/ file; else the session's own
+        self._feed(
+            builder,
+            records,
+            main=False,
+            file=subagent.path if in_file else None,
+            numbered=records if in_file else None,
+        )
         ops = builder.finish()
         return FunctionRun(ops) if ops else None
 

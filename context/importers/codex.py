@@ -42,6 +42,8 @@ from .jsonio import (
     iso_to_unix,
     openai_usage_to_anthropic,
     read_jsonl,
+    record_at,
+    text_or_none,
     tool_input,
 )
 from .plan import MAIN, Compaction, ImportedSession, Note
@@ -78,27 +80,10 @@ class _RolloutImport:
         self.response_count = 0
 
     def run(self) -> ImportedSession:
-        for line in read_jsonl(self.path):
-            payload = line.get("payload")
-            kind = line.get("type")
-            timestamp = iso_to_unix(line.get("timestamp"))
-            if not isinstance(payload, dict):
-                self.skipped[f"{kind} without payload"] += 1
-            elif kind == "response_item":
-                self._response_item(payload, timestamp)
-            elif kind == "event_msg":
-                self._event(payload)
-            elif kind == "turn_context":
-                self._turn_context(payload, timestamp)
-            elif kind == "session_meta":
-                self._session_meta(payload, timestamp)
-            elif kind == "compacted":
-                self.builder.note(Note("codex_compacted", payload, timestamp))
-                compaction = _compaction(payload, timestamp)
-                if compaction is not None:  # from here on Codex sent its replacement history
-                    self.builder.note(compaction)
-            else:
-                self.skipped[str(kind)] += 1
+        records = read_jsonl(self.path)
+        for line in records:
+            with record_at(self.path, records.line(line)):
+                self._record(line)
         ops = self.builder.finish()
         for label, count in sorted(self.skipped.items()):
             self.warnings.append(f"skipped {count} {label} record(s)")
@@ -111,10 +96,32 @@ class _RolloutImport:
             warnings=self.warnings,
         )
 
+    def _record(self, line: dict[str, Any]) -> None:
+        payload = line.get("payload")
+        kind = text_or_none(line.get("type"), "type")
+        timestamp = iso_to_unix(line.get("timestamp"))
+        if not isinstance(payload, dict):
+            self.skipped[f"{kind} without payload"] += 1
+        elif kind == "response_item":
+            self._response_item(payload, timestamp)
+        elif kind == "event_msg":
+            self._event(payload)
+        elif kind == "turn_context":
+            self._turn_context(payload, timestamp)
+        elif kind == "session_meta":
+            self._session_meta(payload, timestamp)
+        elif kind == "compacted":
+            self.builder.note(Note("codex_compacted", payload, timestamp))
+            compaction = _compaction(payload, timestamp)
+            if compaction is not None:  # from here on Codex sent its replacement history
+                self.builder.note(compaction)
+        else:
+            self.skipped[str(kind)] += 1
+
     # response items
 
     def _response_item(self, item: dict[str, Any], timestamp: float | None) -> None:
-        kind = item.get("type")
+        kind = text_or_none(item.get("type"), "payload.type")
         role = item.get("role")
         if kind == "reasoning":
             self._model_output([], timestamp)

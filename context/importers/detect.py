@@ -19,7 +19,7 @@ from ..errors import InvalidContent
 from ..policy import MAX_IMPORT_BYTES
 from .chat import is_chat_message, text_of
 from .files import read_limit, read_regular
-from .jsonio import read_json_document
+from .jsonio import read_json_document, record_at
 from .plan import ImportedSession
 
 __all__ = ["FORMATS", "detect_format", "load_transcript"]
@@ -59,9 +59,10 @@ def load_transcript(path: str | Path, max_bytes: int = MAX_IMPORT_BYTES) -> list
     """Read a transcript of any supported format into its sessions; no file it reads may be
     over `max_bytes` (the policy's `maxImportBytes`)."""
     transcript = Path(path)
-    with read_limit(max_bytes):
+    # a shape no importer expected (crafted, or corrupt) is a typed error, never an internal one
+    with read_limit(max_bytes), record_at(transcript, what="a transcript"):
         module = importlib.import_module(FORMATS[detect_format(transcript)])
-        return module.load(transcript)
+        return module.load(transcript)  # type: ignore[no-any-return]
 
 
 def detect_format(path: str | Path) -> str:

@@ -12,35 +12,49 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import errno
 import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
+
 from ..errors import InvalidContent, InvalidPath, TooLarge
 from ..policy import MAX_IMPORT_BYTES
 
-__all__ = ["read_inside", "read_limit", "read_regular"]
+__all__ = ["Reads", "list_inside", "read_inside", "read_limit", "read_regular"]
+
+
+@attrs.define
+class Reads:
+    """What the reads of one import (or replay) read: the files named by path, read once, and
+    how many bytes it read in all — what the import's bound on what it writes is a multiple
+    of."""
+
+    cache: dict[str, bytes] = attrs.field(factory=dict)
+    total: int = 0
+
 
 _LIMIT: contextvars.ContextVar[int] = contextvars.ContextVar("read_limit", default=MAX_IMPORT_BYTES)
-_READ: contextvars.ContextVar[dict[str, bytes] | None] = contextvars.ContextVar(
-    "files_read", default=None
-)
+_READS: contextvars.ContextVar[Reads | None] = contextvars.ContextVar("files_read", default=None)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _CHUNK = 4 * 2**20
 
 
 @contextlib.contextmanager
-def read_limit(max_bytes: int) -> Iterator[None]:
+def read_limit(max_bytes: int) -> Iterator[Reads]:
     """Reads inside the block stop at `max_bytes` a file (the policy's `maxImportBytes`), and
-    a file named twice (sniffed, then imported) is read once."""
+    a file named twice (sniffed, then imported) is read once. A block inside another one
+    counts into the outer one's `Reads`."""
     token = _LIMIT.set(max_bytes)
-    cache = _READ.set({})
+    reads = _READS.get() or Reads()
+    outer = _READS.set(reads)
     try:
-        yield
+        yield reads
     finally:
-        _READ.reset(cache)
+        _READS.reset(outer)
         _LIMIT.reset(token)
 
 
@@ -49,9 +63,9 @@ def read_regular(path: Path) -> bytes:
     text = str(path)
     if "\x00" in text:
         raise InvalidPath("the path holds a NUL byte", path=text.replace("\x00", "\\0"))
-    cache = _READ.get()
-    if cache is not None and text in cache:
-        return cache[text]
+    reads = _READS.get()
+    if reads is not None and text in reads.cache:
+        return reads.cache[text]
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as error:
@@ -59,32 +73,23 @@ def read_regular(path: Path) -> bytes:
             f"{path}: cannot read the transcript ({error.strerror or error})", path=text
         ) from None
     data = _read_fd(fd, text)
-    if cache is not None:
-        cache[text] = data
+    if reads is not None:
+        reads.cache[text] = data
     return data
 
 
 def read_inside(folder: Path, *names: str) -> bytes:
     """The bytes of `folder/names[0]/…/names[-1]`, each name a plain entry of the one before
-    (no separator, not `.` or `..`), none of them a symlink. `InvalidPath` otherwise."""
+    (no separator, not `.` or `..`), none of them a symlink, the file itself of one link only
+    (a hard link could make any file of the user's seem to sit in the folder). `InvalidPath`
+    otherwise."""
     shown = "/".join(names)
-    for name in names:
-        if not name or name in (".", "..") or any(c in name for c in "/\\\x00"):
-            raise InvalidPath(
-                f"{shown!r} is not a file inside the transcript's folder",
-                path=shown.replace("\x00", "\\0"),
-            )
+    fd = _open_inside(folder, names[:-1], shown)
     try:
-        fd = os.open(folder, os.O_RDONLY | _DIRECTORY | os.O_CLOEXEC)
-    except OSError as error:
-        raise InvalidPath(f"cannot open the transcript's folder ({error.strerror})") from None
-    try:
-        for name in names[:-1]:
-            next_fd = os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            os.close(fd)
-            fd = next_fd
         file_fd = os.open(
-            names[-1], os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd
+            _plain(names[-1], shown),
+            os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+            dir_fd=fd,
         )
     except OSError as error:
         raise InvalidPath(
@@ -93,17 +98,77 @@ def read_inside(folder: Path, *names: str) -> bytes:
         ) from None
     finally:
         os.close(fd)
-    return _read_fd(file_fd, shown)
+    return _read_fd(file_fd, shown, single_link=True)
 
 
-def _read_fd(fd: int, shown: str) -> bytes:
-    """Read a regular file's fd to its end, refusing anything else and anything too big."""
+def list_inside(folder: Path, *names: str) -> list[str] | None:
+    """The entries of `folder/names[0]/…`, opened as `read_inside` opens a file's folders
+    (plain names, never a symlink, so nothing outside the transcript's folder is even
+    listed); None when a folder on the way does not exist, `InvalidPath` when one is not a
+    folder of its own (a symlink, a file)."""
+    shown = "/".join(names)
+    try:
+        fd = _open_inside(folder, names, shown)
+    except InvalidPath as error:
+        if error.data.get("missing"):
+            return None
+        raise
+    try:
+        return sorted(os.listdir(fd))
+    except OSError as error:
+        raise InvalidPath(f"{shown} cannot be listed ({error.strerror})", path=shown) from None
+    finally:
+        os.close(fd)
+
+
+def _plain(name: str, shown: str) -> str:
+    if not name or name in (".", "..") or any(c in name for c in "/\\\x00"):
+        raise InvalidPath(
+            f"{shown!r} is not a file inside the transcript's folder",
+            path=shown.replace("\x00", "\\0"),
+        )
+    return name
+
+
+def _open_inside(folder: Path, names: tuple[str, ...], shown: str) -> int:
+    """An fd of `folder/names…`, each a plain name and a real folder (never a symlink)."""
+    for name in names:
+        _plain(name, shown)
+    try:
+        fd = os.open(folder, os.O_RDONLY | _DIRECTORY | os.O_CLOEXEC)
+    except OSError as error:
+        raise InvalidPath(f"cannot open the transcript's folder ({error.strerror})") from None
+    for name in names:
+        try:
+            next_fd = os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        except OSError as error:
+            os.close(fd)
+            missing = error.errno == errno.ENOENT
+            raise InvalidPath(
+                f"{shown} cannot be opened inside the transcript's folder ({error.strerror})",
+                path=shown,
+                **({"missing": True} if missing else {}),
+            ) from None
+        os.close(fd)
+        fd = next_fd
+    return fd
+
+
+def _read_fd(fd: int, shown: str, *, single_link: bool = False) -> bytes:
+    """Read a regular file's fd to its end, refusing anything else and anything too big (and
+    with `single_link`, a file with more than one name)."""
     limit = _LIMIT.get()
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise InvalidPath(
                 f"{shown} is not a regular file (a FIFO, device or folder is never read)",
+                path=shown,
+            )
+        if single_link and info.st_nlink > 1:
+            raise InvalidPath(
+                f"{shown} has {info.st_nlink} links (a hard link may be any file of the "
+                "user's): not read",
                 path=shown,
             )
         if info.st_size > limit:
@@ -119,6 +184,9 @@ def _read_fd(fd: int, shown: str) -> bytes:
             total += len(chunk)
             if total > limit:  # it grew while we read
                 raise TooLarge(shown, "maxImportBytes", limit)
+        reads = _READS.get()
+        if reads is not None:
+            reads.total += total
         return b"".join(chunks)
     except OSError as error:
         raise InvalidContent(

@@ -36,9 +36,11 @@ from .files import read_regular
 from .jsonio import (
     as_int,
     iso_to_unix,
+    json_type,
     openai_usage_to_anthropic,
     read_json_document,
     read_jsonl,
+    record_at,
     tool_input,
 )
 from .plan import MAIN, ImportedSession, Note
@@ -49,14 +51,18 @@ def load(path: Path) -> list[ImportedSession]:
     path = Path(path)
     if _starts_with_array(path):
         events = read_json_document(path)
-        return [_import_run({"history": events}, path.stem, path)]
+        with record_at(path, what="an event"):
+            return [_import_run({"history": events}, path.stem, path)]
     sessions = []
-    for number, record in enumerate(read_jsonl(path), start=1):
+    records = read_jsonl(path)
+    for number, record in enumerate(records, start=1):
+        line = records.line(record)
         if not isinstance(record.get("history"), list):
             raise InvalidContent(
-                f"{path}: line {number} has no `history` event list", path=str(path), line=number
+                f"{path}: line {line} has no `history` event list", path=str(path), line=line
             )
-        sessions.append(_import_run(record, f"{path.stem}:{number}", path))
+        with record_at(path, line, what="a run"):
+            sessions.append(_import_run(record, f"{path.stem}:{number}", path))
     return sessions
 
 
@@ -151,13 +157,19 @@ class _RunImport:
             return  # a later action of the same response (parallel tool calls)
         self.responses_seen.add(response_id)
         choices = response.get("choices") or [{}]
+        if not isinstance(choices, list):
+            raise InvalidContent(
+                f"`model_response.choices` must be a list, got a JSON {json_type(choices)}",
+                field="model_response.choices",
+            )
         message = choices[0].get("message") if isinstance(choices[0], dict) else None
         message = message if isinstance(message, dict) else {}
         blocks: list[dict[str, Any]] = []
         text = _text(message.get("content"))
         if text:
             blocks.append({"type": "text", "text": text})
-        for call in message.get("tool_calls") or []:
+        calls = message.get("tool_calls") or []
+        for call in calls if isinstance(calls, list) else []:
             function = call.get("function") if isinstance(call, dict) else None
             if not isinstance(function, dict):
                 continue

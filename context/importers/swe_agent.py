@@ -32,7 +32,7 @@ import orjson
 
 from ..errors import InvalidContent
 from .builder import ThreadBuilder
-from .jsonio import read_json_document, tool_input
+from .jsonio import json_type, read_json_document, tool_input
 from .plan import MAIN, ImportedSession, Note
 
 COMMAND_TOOL = "swe_agent_command"
@@ -47,6 +47,13 @@ def load(path: Path) -> list[ImportedSession]:
         raise InvalidContent(f"{path}: a .traj file holds one JSON object", path=str(path))
     history = document.get("history")
     trajectory = document.get("trajectory")
+    for field, value in (("history", history), ("trajectory", trajectory)):
+        if value is not None and not isinstance(value, list):
+            raise InvalidContent(
+                f"{path}: `{field}` must be a list of steps, got a JSON {json_type(value)}",
+                path=str(path),
+                field=field,
+            )
     steps = [step for step in trajectory if isinstance(step, dict)] if trajectory else []
     run = _TrajectoryImport()
     if isinstance(history, list) and history:

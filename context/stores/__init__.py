@@ -8,11 +8,19 @@ and what `tests/stores/test_conformance.py` holds both of them to:
 - **Durability.** An append returns only once its events are durable (fsync'ed, or committed);
   one that raises wrote nothing, or says in `data.written` that it cannot tell. History is
   never rewritten.
+- **Whole creates.** A session is created with its whole first content (a header, or a whole
+  import) or not at all: a create that fails — a full disk, a crash — leaves no session, so
+  its id stays free and nothing is listed. What a killed process left mid-create is moved
+  aside by `sweep` at start-up, never listed.
 - **Ordering.** One log per session, read back in the order it was written; between reading
   what other writers appended and appending, a writer holds the session's lock (`locked`), so
   two writers in any processes never interleave or lose an append.
 - **The claim.** Background work (idle work, preparation) on a session runs in one process at
   a time: `claim` is taken without waiting, and says whether this process holds it.
+- **Counts beside the log.** What a listing shows of a session (source, title, turns,
+  tokens) is kept with the log position it was counted at (`keep_counts`); `listing` reads
+  every session's stat and counts without loading one. Counts are a cache: stale ones (the
+  log has grown since) are counted again by the caller, lost ones cost only that.
 - **Watching.** `watch` yields the ids of sessions other processes appended to, so a daemon can
   tell its clients (`session/changed`); `unchanged` answers cheaply when nothing was written.
 
@@ -22,16 +30,26 @@ store is imported only for a `postgresql://` URL, so the files path loads nothin
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from ..errors import StoreFailure
+from ..secrets import connection_secrets, hold, redact
 from .files import FileStore, default_data_dir
-from .interface import LoadReport, Logger, SessionStat, SessionStore, check_session_id
+from .interface import (
+    Listed,
+    LoadReport,
+    Logger,
+    SessionCounts,
+    SessionStat,
+    SessionStore,
+    check_session_id,
+)
 
 __all__ = [
     "FileStore",
+    "Listed",
     "LoadReport",
+    "SessionCounts",
     "SessionStat",
     "SessionStore",
     "check_session_id",
@@ -50,6 +68,7 @@ def open_store(
     """The store a URL names (`postgresql://…`), or the files in `data_dir` without one."""
     if not url:
         return FileStore(data_dir)
+    hold(*connection_secrets(url))  # kept out of every message, whatever quotes it back
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme not in SCHEMES:
         raise StoreFailure(
@@ -65,14 +84,3 @@ def open_store(
             f"({exc})"
         ) from None
     return PostgresStore(url, location=redact(url), log=log)
-
-
-def redact(url: str) -> str:
-    """The URL without its password (in its user part or a `password=` parameter)."""
-    url = re.sub(r"(?i)([?&]password=)[^&]*", r"\1***", url)
-    head, sep, rest = url.partition("://")
-    if not sep or "@" not in rest.split("/", 1)[0]:
-        return url
-    auth, _, host = rest.partition("@")
-    user = auth.split(":", 1)[0]
-    return f"{head}://{user}{':***' if ':' in auth else ''}@{host}"

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import fcntl
 import logging
 import os
 import stat
+import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,19 +27,30 @@ import orjson
 import platformdirs
 from filelock import FileLock, Timeout
 
-from ..errors import InvalidContent, StoreFailure, TooLarge, UnknownSession
+from ..errors import StoreFailure, UnknownSession
 from ..policy import MAX_MESSAGE_BYTES
 from .interface import (
     LOCK_TIMEOUT_SECONDS,
     SESSION_ID_RE,
+    Listed,
     LoadReport,
+    SessionCounts,
     SessionStat,
     check_session_id,
+    log_lines,
 )
 
 log = logging.getLogger("compactd.store")
 
 LOG_SUFFIX = ".jsonl"
+CREATING_SUFFIX = ".creating"
+"""A log being created: written whole under `.<id>.<random>.creating`, then linked into place."""
+COUNTS_SUFFIX = ".counts"
+"""`.<id>.counts` beside a log: what a listing shows of it (`keep_counts`)."""
+COUNTS_TEMP_SUFFIX = ".tmp"
+MAX_COUNTS_BYTES = 64 * 1024
+TORN_DIR = "torn"
+"""Beside `sessions/`: where the start-up sweep moves what failed creates left."""
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # logs and locks are never opened through a symlink
 TORN_SEAL = b" [torn]\n"
 """Ends a torn tail before the next append. A bare newline is not enough: a crash between an
@@ -112,11 +127,11 @@ class FileStore:
         if not self.sessions_dir.is_dir():
             return []
         out = []
-        for entry in self.sessions_dir.iterdir():
+        for entry in os.scandir(self.sessions_dir):
             name = entry.name
             if name.endswith(LOG_SUFFIX) and not name.startswith("."):
                 sid = name[: -len(LOG_SUFFIX)]
-                if SESSION_ID_RE.fullmatch(sid):
+                if SESSION_ID_RE.fullmatch(sid) and not _empty(entry):
                     out.append(sid)
         return sorted(out)
 
@@ -272,27 +287,86 @@ class FileStore:
     # ---- writing -------------------------------------------------------------------------
 
     def create(self, session_id: str, events: list[dict[str, Any]]) -> int:
-        """Create a new log holding `events`; fails if the session exists. Returns the size."""
-        payload = self._encode(events)  # refused content leaves no empty log behind
+        """Create a new log holding `events`; fails if the session exists. Returns the size.
+
+        The log is written whole under a temporary name and linked into place only once it is
+        durable, so a create that fails (a full disk, a crash) leaves no log behind: never an
+        empty one that answers "no valid header" for ever, nor half an import. The link
+        fails if the name is taken, which makes the create exclusive, as `O_EXCL` would."""
+        payload = self._encode(events)  # refused content leaves no file behind
         self.ensure_dirs()
         path = self.log_path(session_id)
+        if os.path.lexists(path):
+            raise StoreFailure(f"session {session_id} already exists", sessionId=session_id)
+        temp = self.sessions_dir / f".{session_id}.{uuid.uuid4().hex[:12]}{CREATING_SUFFIX}"
         try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | _NOFOLLOW
-            fd = os.open(path, flags, 0o600)
-        except FileExistsError:
-            raise StoreFailure(
-                f"session {session_id} already exists", sessionId=session_id
-            ) from None
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
         except OSError as exc:
             raise StoreFailure(f"cannot create session {session_id}: {exc.strerror}") from exc
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # a sweep leaves a create in progress alone
             size = self._write(fd, payload)
+            _link_new(temp, path, session_id)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            os.close(fd)
+        self._sync_dir()
+        # the lock is born with the log, so a later refused write creates no file either;
+        # when even that empty file cannot be made, the first write makes it
+        with contextlib.suppress(StoreFailure):
+            self._make_lock_file(session_id)
+        return size
+
+    def sweep(self) -> list[str]:
+        """Move aside what failed creates left (a daemon killed mid-create, or an older
+        compactd that created logs in place): temporary files no live create holds, and
+        empty logs. They go to `torn/` beside `sessions/`, never listed; returns what was
+        moved, for the operator."""
+        if not self.sessions_dir.is_dir():
+            return []
+        moved: list[str] = []
+        for entry in sorted(os.scandir(self.sessions_dir), key=lambda e: e.name):
+            name = entry.name
+            try:
+                if name.startswith(".") and name.endswith(CREATING_SUFFIX):
+                    what = self._sweep_temp(entry)
+                elif name.startswith(".") and name.endswith(COUNTS_TEMP_SUFFIX):
+                    os.unlink(entry.path)  # counts a killed process was writing: a cache
+                    what = None
+                elif name.endswith(LOG_SUFFIX) and entry.is_file(follow_symlinks=False):
+                    what = _torn_header(Path(entry.path))
+                else:
+                    what = None
+                if what is not None:
+                    moved.append(f"{name} ({what}): {self._move_aside(Path(entry.path))}")
+            except OSError as exc:
+                log.warning("cannot sweep %s: %s", name, exc.strerror)
+        return moved
+
+    def _sweep_temp(self, entry: os.DirEntry[str]) -> str | None:
+        """What a temporary file of a create is, or None while a live create holds it (or
+        when it was already linked into place: then it is only a second name, removed)."""
+        fd = os.open(entry.path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return None  # its creator is alive and writing
+            if os.fstat(fd).st_nlink > 1:  # killed between linking the log and unlinking this
+                os.unlink(entry.path)
+                return None
+            return "a create that never finished"
         finally:
             os.close(fd)
-        # the lock is born with the log, so a later refused write creates no file either
-        self._make_lock_file(session_id)
-        self._sync_dir()
-        return size
+
+    def _move_aside(self, path: Path) -> str:
+        torn = self.root / TORN_DIR
+        make_private_dirs(torn)
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        target = torn / f"{path.name.lstrip('.')}.{stamp}"
+        os.rename(path, target)
+        return f"moved to {TORN_DIR}/{target.name}"
 
     def append(self, session_id: str, events: list[dict[str, Any]], *, durable: bool = True) -> int:
         """Append `events` (caller holds `locked`); returns the log size after the append.
@@ -327,18 +401,8 @@ class FileStore:
             os.close(fd)
 
     def _encode(self, events: list[dict[str, Any]]) -> bytes:
-        """The events as log lines, or a typed error before anything is opened: content that
-        JSON cannot hold, or one event (a message, a tool result, …) over `max_event_bytes`."""
-        lines = []
-        for event in events:
-            try:
-                line = orjson.dumps(event)
-            except orjson.JSONEncodeError as exc:  # e.g. nested deeper than JSON can be written
-                raise InvalidContent(f"this content cannot be stored: {exc}") from None
-            if len(line) > self.max_event_bytes:
-                raise TooLarge("one message", "maxMessageBytes", self.max_event_bytes, len(line))
-            lines.append(line)
-        return b"".join(line + b"\n" for line in lines)
+        """The events as log lines, or a typed error before anything is opened."""
+        return b"".join(line + b"\n" for line in log_lines(events, self.max_event_bytes))
 
     @staticmethod
     def _write(fd: int, payload: bytes, durable: bool = True) -> int:
@@ -370,7 +434,58 @@ class FileStore:
             st = self.log_path(session_id).stat()
         except FileNotFoundError:
             raise UnknownSession(f"no session {session_id!r}", sessionId=session_id) from None
-        return SessionStat(st.st_size, st.st_mtime)
+        return SessionStat(st.st_size, st.st_mtime, st.st_size)
+
+    # ---- counts for listings -------------------------------------------------------------
+
+    def counts_path(self, session_id: str) -> Path:
+        return self.sessions_dir / f".{check_session_id(session_id)}{COUNTS_SUFFIX}"
+
+    def listing(self) -> list[Listed]:
+        """Every session's stat and kept counts: a stat and one small read per session."""
+        out: list[Listed] = []
+        for sid in self.list_sessions():
+            try:
+                stat_ = self.stat(sid)
+            except UnknownSession:
+                continue  # gone since the folder was read
+            out.append((sid, stat_, self._read_counts(sid)))
+        return out
+
+    def _read_counts(self, session_id: str) -> SessionCounts | None:
+        try:
+            fd = os.open(self.counts_path(session_id), os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            data = os.read(fd, MAX_COUNTS_BYTES)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        try:
+            return SessionCounts.from_json(orjson.loads(data))
+        except orjson.JSONDecodeError:
+            return None
+
+    def keep_counts(self, session_id: str, counts: SessionCounts) -> None:
+        """Written whole under a temporary name and renamed over the last ones; not fsync'ed
+        (lost counts are counted again)."""
+        target = self.counts_path(session_id)
+        temp = target.with_name(f"{target.name}.{os.getpid()}{COUNTS_TEMP_SUFFIX}")
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o600)
+            try:
+                os.write(fd, orjson.dumps(counts.to_json()))
+            finally:
+                os.close(fd)
+            os.replace(temp, target)
+        except OSError as exc:
+            log.info("cannot keep the counts of session %s: %s", session_id, exc.strerror)
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
 
     def size(self, session_id: str) -> int:
         try:
@@ -381,6 +496,57 @@ class FileStore:
     def unchanged(self, session_id: str, offset: int) -> bool:
         """Nothing past byte `offset`: one `stat`, where a read opened the file."""
         return bool(offset) and self.size(session_id) == offset
+
+
+def _torn_header(path: Path) -> str | None:
+    """What an older compactd left of a create that failed in place: an empty log, or one
+    without a single whole line (its header cut off). None for anything else: a log with a
+    whole first line is a session (loaded, or refused as unreadable), never moved."""
+    fd = os.open(path, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK)
+    try:
+        seen = 0
+        while seen < MAX_HEADER_SCAN:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return "an empty log" if seen == 0 else "a log whose header was cut off"
+            if b"\n" in chunk:
+                return None
+            seen += len(chunk)
+        return None
+    finally:
+        os.close(fd)
+
+
+MAX_HEADER_SCAN = 4 * 2**20
+"""How far the sweep looks for the end of a log's first line before calling it a session."""
+
+
+def _empty(entry: os.DirEntry[str]) -> bool:
+    """An empty log is what an older compactd left of a create that failed: not a session."""
+    try:
+        return entry.stat(follow_symlinks=False).st_size == 0
+    except OSError:
+        return False
+
+
+def _link_new(temp: Path, path: Path, session_id: str) -> None:
+    """Give the durable temporary log its name, failing if the name is taken. On a file
+    system without hard links, a rename after a check (exclusive but for two daemons
+    creating the same id in the same instant)."""
+    try:
+        os.link(temp, path)
+        return
+    except FileExistsError:
+        raise StoreFailure(f"session {session_id} already exists", sessionId=session_id) from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP):
+            raise StoreFailure(f"cannot create session {session_id}: {exc.strerror}") from exc
+    if os.path.lexists(path):
+        raise StoreFailure(f"session {session_id} already exists", sessionId=session_id)
+    try:
+        os.rename(temp, path)
+    except OSError as exc:
+        raise StoreFailure(f"cannot create session {session_id}: {exc.strerror}") from exc
 
 
 WATCH_CHECK_SECONDS = 1.0

@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
+import orjson
 
-from ..errors import InvalidSessionId
+from ..errors import InvalidContent, InvalidSessionId, TooLarge
 
 LOCK_TIMEOUT_SECONDS = 10.0
 """How long a writer waits for a session's lock before the append fails (4060)."""
@@ -34,12 +35,79 @@ def check_session_id(session_id: Any) -> str:
     return session_id
 
 
+def log_line(event: dict[str, Any], max_event_bytes: int) -> bytes:
+    """One event as both stores hold it (the JSON of a log line, without its newline), or a
+    typed error: content JSON cannot hold, or an event (a message, a tool result, …) over
+    `maxMessageBytes`. Checked before anything is opened or sent."""
+    try:
+        line = orjson.dumps(event)
+    except orjson.JSONEncodeError as exc:  # e.g. nested deeper than JSON can be written
+        raise InvalidContent(f"this content cannot be stored: {exc}") from None
+    if len(line) > max_event_bytes:
+        raise TooLarge("one message", "maxMessageBytes", max_event_bytes, len(line))
+    return line
+
+
+def log_lines(events: list[dict[str, Any]], max_event_bytes: int) -> list[bytes]:
+    return [log_line(event, max_event_bytes) for event in events]
+
+
+def log_size(events: list[dict[str, Any]], max_event_bytes: int, stop_over: int) -> int:
+    """The bytes `events` take in a log (lines and newlines; the database counts the same),
+    one event at a time so nothing big is held; counting stops once past `stop_over`."""
+    total = 0
+    for event in events:
+        total += len(log_line(event, max_event_bytes)) + 1
+        if total > stop_over:
+            break
+    return total
+
+
 @attrs.frozen
 class SessionStat:
-    """What `session/list` shows of a stored session."""
+    """What `session/list` shows of a stored session, and where its log ends now (`cursor`:
+    its size in bytes on the files, its last seq in the database)."""
 
     size: int
     mtime: float
+    cursor: int
+
+
+@attrs.frozen
+class SessionCounts:
+    """What a listing shows of a session as of one point of its log (`cursor`): kept beside
+    the log, so a listing reads these instead of loading and tokenizing every session. When
+    the log has grown past `cursor` they are stale and counted again."""
+
+    cursor: int
+    source: str | None
+    title: str | None
+    turns: int
+    tokens: int
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> SessionCounts | None:
+        """The counts kept as JSON, or None for anything else (a cache never fails a read)."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            made = cls(**{field.name: data[field.name] for field in attrs.fields(cls)})
+        except (KeyError, TypeError):
+            return None
+        numbers = (made.cursor, made.turns, made.tokens)
+        texts = (made.source, made.title)
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers):
+            return None
+        if not all(t is None or isinstance(t, str) for t in texts):
+            return None
+        return made
+
+
+Listed = tuple[str, SessionStat, SessionCounts | None]
+"""A stored session in a listing: its id, its stat, and the counts kept for it (if any)."""
 
 
 @attrs.define
@@ -75,6 +143,16 @@ class SessionStore(Protocol):
 
     def stat(self, session_id: str) -> SessionStat: ...
 
+    def listing(self) -> list[Listed]:
+        """Every session with its stat and the counts kept for it, read together and without
+        loading any session."""
+        ...
+
+    def keep_counts(self, session_id: str, counts: SessionCounts) -> None:
+        """Keep a session's counts for later listings. A cache: one that cannot be written
+        is logged and skipped, never an error."""
+        ...
+
     def locked(self, session_id: str) -> contextlib.AbstractContextManager[None]:
         """The session's writer lock: between reading what others wrote and appending, no
         other writer (in any process on this store) appends."""
@@ -85,7 +163,13 @@ class SessionStore(Protocol):
     ) -> tuple[list[dict[str, Any]], LoadReport]: ...
 
     def create(self, session_id: str, events: list[dict[str, Any]]) -> int:
-        """A new log holding `events`; fails if the session exists. Returns the cursor."""
+        """A new log holding `events`, whole or not at all (a create that fails leaves no
+        session, nothing listed); fails if the session exists. Returns the cursor."""
+        ...
+
+    def sweep(self) -> list[str]:
+        """At start-up: move aside what failed creates left (a process killed mid-create),
+        so it is never listed; says what was moved."""
         ...
 
     def append(self, session_id: str, events: list[dict[str, Any]], *, durable: bool = True) -> int:

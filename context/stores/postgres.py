@@ -29,13 +29,22 @@ import psycopg.errors
 from psycopg import pq
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ..errors import InvalidContent, StoreFailure, StoreUnavailable, TooLarge, UnknownSession
+from ..errors import StoreFailure, StoreUnavailable, UnknownSession
 from ..policy import MAX_MESSAGE_BYTES
-from .interface import LOCK_TIMEOUT_SECONDS, LoadReport, Logger, SessionStat, check_session_id
+from .interface import (
+    LOCK_TIMEOUT_SECONDS,
+    Listed,
+    LoadReport,
+    Logger,
+    SessionCounts,
+    SessionStat,
+    check_session_id,
+    log_lines,
+)
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CHANNEL = "compactd_changed"
 SCHEMA_LOCK = 0x636F6D70  # an advisory lock key ("comp") serializing schema creation
 RECONNECT_SECONDS = 10.0
@@ -60,6 +69,16 @@ SCHEMA_V1 = (
     )""",
     "CREATE INDEX events_batch ON compactd.events (batch)",
 )
+SCHEMA_V2 = (
+    # what a listing shows of each session, as of one seq (`keep_counts`): a cache
+    """CREATE TABLE compactd.counts (
+        sid text PRIMARY KEY REFERENCES compactd.sessions (sid),
+        cursor bigint NOT NULL,
+        body json NOT NULL
+    )""",
+)
+MIGRATIONS = {1: SCHEMA_V1, 2: SCHEMA_V2}
+"""The statements that take the schema from the version before to each version."""
 
 INSERT_EVENTS = """
     INSERT INTO compactd.events (sid, seq, batch, body)
@@ -128,6 +147,10 @@ class PostgresStore:
     def close(self) -> None:
         self._pool.close()
 
+    def sweep(self) -> list[str]:
+        """Nothing to sweep: a create is one transaction, whole or absent."""
+        return []
+
     def _say(self, level: str, message: str) -> None:
         """Tell the owner; a listener that fails must not fail the store's own work."""
         if self.log is not None:
@@ -155,12 +178,11 @@ class PostgresStore:
                         found=found,
                         supported=SCHEMA_VERSION,
                     )
-                if found is None:
-                    for statement in SCHEMA_V1:
+                for version in range((found or 0) + 1, SCHEMA_VERSION + 1):
+                    for statement in MIGRATIONS[version]:
                         conn.execute(statement)
                     conn.execute(
-                        "INSERT INTO compactd.schema_version (version) VALUES (%s)",
-                        (SCHEMA_VERSION,),
+                        "INSERT INTO compactd.schema_version (version) VALUES (%s)", (version,)
                     )
 
         self._retrying(setup, "set up the schema")
@@ -238,15 +260,50 @@ class PostgresStore:
         sid = check_session_id(session_id)
         row = self._retrying(
             lambda c: c.execute(
-                "SELECT bytes, extract(epoch FROM updated)::float8 FROM compactd.sessions "
-                "WHERE sid = %s",
+                "SELECT bytes, extract(epoch FROM updated)::float8, head_seq "
+                "FROM compactd.sessions WHERE sid = %s",
                 (sid,),
             ).fetchone(),
             f"look up session {sid}",
         )
         if row is None:
             raise UnknownSession(f"no session {sid!r}", sessionId=sid)
-        return SessionStat(int(row[0]), float(row[1]))
+        return SessionStat(int(row[0]), float(row[1]), int(row[2]))
+
+    def listing(self) -> list[Listed]:
+        """Every session's row and its kept counts, in one query."""
+        rows = self._retrying(
+            lambda c: c.execute(
+                "SELECT s.sid, s.bytes, extract(epoch FROM s.updated)::float8, s.head_seq, "
+                "c.body::text FROM compactd.sessions s "
+                "LEFT JOIN compactd.counts c ON c.sid = s.sid ORDER BY s.sid"
+            ).fetchall(),
+            "list sessions",
+        )
+        out: list[Listed] = []
+        for sid, size, mtime, head, body in rows:
+            counts = None
+            if body is not None:
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    counts = SessionCounts.from_json(orjson.loads(body))
+            out.append((sid, SessionStat(int(size), float(mtime), int(head)), counts))
+        return out
+
+    def keep_counts(self, session_id: str, counts: SessionCounts) -> None:
+        sid = check_session_id(session_id)
+        body = orjson.dumps(counts.to_json()).decode()
+        try:
+            self._retrying(
+                lambda c: c.execute(
+                    "INSERT INTO compactd.counts (sid, cursor, body) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (sid) DO UPDATE SET cursor = excluded.cursor, "
+                    "body = excluded.body WHERE compactd.counts.cursor <= excluded.cursor",
+                    (sid, counts.cursor, body),
+                ),
+                f"keep the counts of session {sid}",
+            )
+        except (psycopg.Error, StoreFailure) as exc:  # a cache: counted again next time
+            self._say("info", f"cannot keep the counts of session {sid}: {_first_line(exc)}")
 
     def read_from(
         self, session_id: str, offset: int = 0, first_line: int = 1
@@ -561,17 +618,9 @@ def _rollback(conn: psycopg.Connection[Any]) -> None:
 
 
 def _encode(events: list[dict[str, Any]], max_event_bytes: int) -> tuple[list[str], int]:
-    """The events as the files would hold them, or a typed error before anything is sent:
-    content JSON cannot hold, or one event over `maxMessageBytes` (as on the files)."""
-    bodies = []
-    for event in events:
-        try:
-            line = orjson.dumps(event)
-        except orjson.JSONEncodeError as exc:
-            raise InvalidContent(f"this content cannot be stored: {exc}") from None
-        if len(line) > max_event_bytes:
-            raise TooLarge("one message", "maxMessageBytes", max_event_bytes, len(line))
-        bodies.append(line.decode())
+    """The events as the files would hold them (the bodies, their size with newlines), or a
+    typed error before anything is sent."""
+    bodies = [line.decode() for line in log_lines(events, max_event_bytes)]
     return bodies, sum(len(b) + 1 for b in bodies)
 
 

@@ -41,6 +41,11 @@ class Limits:
             raise SummaryFailure("timeout", f"{what} ran past its time bound; nothing was written")
 
 
+RETRIED_SMALLER = ("prompt_too_long", "too_large", "truncated")
+"""Failures a smaller chunk may not meet: over the provider's input, or a summary of more than
+its output limit holds."""
+
+
 def chunk_lines(inp: SummaryInput, budget: int, start: int = 0) -> list[tuple[int, int]]:
     """Half-open line ranges of at most `budget` tokens each (a longer line goes alone)."""
     chunks: list[tuple[int, int]] = []
@@ -65,9 +70,9 @@ def generate(
     model: str | None,
     limits: Limits,
 ) -> Steps[tuple[str, dict[str, Any]]]:
-    """Summarize `inp` in budgeted chunks folding a rolling summary; a provider overflow
-    retries with smaller chunks. Returns the text and its usage; raises `SummaryFailure`
-    (nothing is written then)."""
+    """Summarize `inp` in budgeted chunks folding a rolling summary; a provider overflow, or an
+    answer cut off before its end, retries with smaller chunks. Returns the text and its
+    usage; raises `SummaryFailure` (nothing is written then)."""
     budget = max(MIN_CHUNK_TOKENS, limits.input_tokens)
     rolling: str | None = None
     calls = 0
@@ -112,10 +117,7 @@ def generate(
         usage["calls"] = calls
         if isinstance(answer, SummaryFailure):
             sent = sum(inp.line_tokens[lo:hi])
-            if (
-                answer.kind in ("prompt_too_long", "too_large")
-                and min(budget, sent) > MIN_CHUNK_TOKENS
-            ):
+            if answer.kind in RETRIED_SMALLER and min(budget, sent) > MIN_CHUNK_TOKENS:
                 # halve what was actually sent: halving a budget the chunk did not fill would
                 # send the very same prompt again
                 budget = max(MIN_CHUNK_TOKENS, min(budget, sent) // 2)

@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 
 import attrs
 
+from ..secrets import scrub
+
 FAILURE_KINDS = (
     "prompt_too_long",  # the provider said the summary input is over its window (400)
     "too_large",  # the request body was too large (413)
@@ -26,6 +28,7 @@ FAILURE_KINDS = (
     "cancelled",  # the caller cancelled
     "stream_error",  # any other `error` event inside a stream
     "empty",  # the provider answered with no text
+    "truncated",  # the provider stopped before the summary's end (its output limit)
     "auth",  # 401/403: no or a bad API key
     "unavailable",  # no provider configured / cannot be reached
     "call_limit",  # the summary would need more calls than `summaryMaxCalls`
@@ -84,6 +87,7 @@ class SummaryFailure(Exception):
     ) -> None:
         if kind not in FAILURE_KINDS:
             raise ValueError(f"unknown summary failure kind {kind!r}")
+        message = scrub(message)  # a provider's words may echo its key (a gateway's may)
         super().__init__(message)
         self.kind = kind
         self.message = message

@@ -11,6 +11,7 @@ Which one a session uses: its config's `summaryProvider`, else `COMPACTD_SUMMARY
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,7 +24,9 @@ Summarize = Callable[[SummaryRequest], Awaitable[SummaryResult]]
 
 class DigestProvider:
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
-        return digest.summarize(request)
+        """Computed in a worker thread: a digest of a long range is CPU work, and the loop
+        keeps answering meanwhile."""
+        return await asyncio.to_thread(digest.summarize, request)
 
 
 def make_provider(

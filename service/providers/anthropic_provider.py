@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import anthropic
 from anthropic import AsyncAnthropic
+from compactd.context.secrets import hold
 from compactd.context.summarizer.types import SummaryFailure, SummaryRequest, SummaryResult
 from compactd.context.tiers.reactive import parse_overflow
 
@@ -144,6 +145,7 @@ class AnthropicSummaryProvider:
                 raise SummaryFailure(
                     "auth", f"cannot load Anthropic credentials: {_line(exc)}"
                 ) from exc
+            hold(client.api_key, client.auth_token)  # out of every message compactd emits
             if client.api_key is None and client.auth_token is None and client.credentials is None:
                 raise SummaryFailure(
                     "auth", "no Anthropic API key: set ANTHROPIC_API_KEY or configure api_key"
@@ -174,9 +176,17 @@ class AnthropicSummaryProvider:
 
     @staticmethod
     def _result(message: Any, requested_model: str) -> SummaryResult:
+        """The summary of a message that ended as it meant to: one cut off at `max_tokens`
+        (or stopped for any other reason) is half a summary, never committed as one."""
         text = "".join(
             block.text for block in message.content if getattr(block, "type", None) == "text"
         )
+        if message.stop_reason not in COMPLETE_STOPS:
+            raise SummaryFailure(
+                "truncated",
+                f"the model stopped before the summary's end (stop_reason={message.stop_reason}"
+                f", {len(text)} characters written)",
+            )
         if not text.strip():
             raise SummaryFailure(
                 "empty", f"the model returned no summary text (stop_reason={message.stop_reason})"
@@ -190,6 +200,10 @@ class AnthropicSummaryProvider:
             cache_read_input_tokens=usage.cache_read_input_tokens or 0,
             cache_creation_input_tokens=usage.cache_creation_input_tokens or 0,
         )
+
+
+COMPLETE_STOPS = frozenset({"end_turn", "stop_sequence"})
+"""Stop reasons of an answer that ended where the model meant it to."""
 
 
 def failure_from_exception(exc: Exception) -> SummaryFailure:

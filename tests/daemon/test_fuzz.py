@@ -33,6 +33,8 @@ from .wire import RawDaemon, frame, seeded_daemon
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
+TRANSCRIPTS = Path(__file__).resolve().parents[1] / "data" / "transcripts"
+
 SID = "fuzz-main"
 EXAMPLES = int(os.environ.get("COMPACTD_FUZZ_EXAMPLES", "100"))  # ~20 s for the module
 FUZZ = settings(
@@ -46,12 +48,16 @@ _n = itertools.count(1)
 
 # ---- strategies ---------------------------------------------------------------------------
 
+# text with lone surrogates too (`"\\ud83d"` once got −32700 with id null): the stdlib
+# encoder writes them as escapes, as JSON.stringify does for a string cut mid-emoji
+surrogate_text = st.lists(st.sampled_from(["a", "\ud83d", "\ude00", "é", "😀", " "]), max_size=5)
 leaves = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(-(2**63), 2**64),
     st.floats(allow_nan=False, allow_infinity=False),
     st.text(max_size=12),
+    surrogate_text.map("".join),
 )
 json_values = st.recursive(
     leaves,
@@ -238,3 +244,77 @@ async def test_fuzz_every_method_params(
     if "error" in reply:
         assert snapshot(data_dir) == before, f"{method} wrote although refused: {reply}"
     await alive(daemon, len(daemon.received))
+
+
+# ---- crafted transcripts ---------------------------------------------------------------------
+
+
+def _base(path: Path, keep: int) -> tuple[str, Any]:
+    """A real transcript cut short (the first `keep` records, or a document's lists cut to
+    `keep` items): what the mutations start from."""
+    if path.suffix == ".jsonl":
+        lines = path.read_bytes().splitlines()[:keep]
+        return path.name, [json.loads(line) for line in lines if line.strip()]
+
+    def cut(value: Any) -> Any:
+        if isinstance(value, list):
+            return [cut(v) for v in value[:keep]]
+        if isinstance(value, dict):
+            return {k: cut(v) for k, v in value.items()}
+        return value
+
+    return path.name, cut(json.loads(path.read_text()))
+
+
+BASES = [
+    _base(TRANSCRIPTS / "claude-code/fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl", 40),
+    _base(next((TRANSCRIPTS / "codex").glob("*.jsonl")), 60),
+    _base(TRANSCRIPTS / "openhands/multi_swe_bench_output.jsonl", 1),
+    _base(TRANSCRIPTS / "swe-agent/pydicom__pydicom-1458.traj", 12),
+    *(_base(p, 12) for p in sorted(TRANSCRIPTS.glob("*/*.json"))),
+]
+weird = st.one_of(
+    json_values,
+    st.dictionaries(st.sampled_from(["type", "id", "0", "x"]), json_values, max_size=2),
+    st.lists(json_values, max_size=2),
+    st.integers(-5, 5),
+)
+
+
+def mutated(data: st.DataObject) -> tuple[str, Any]:
+    """A base with one value somewhere inside it (a record's `type`, an id, a list) replaced
+    by a value of another shape."""
+    name, content = data.draw(st.sampled_from(BASES), label="base")
+    content = json.loads(json.dumps(content))  # a copy to change
+    holder: Any = content
+    for _ in range(data.draw(st.integers(1, 5), label="depth")):
+        keys = list(holder) if isinstance(holder, dict) else list(range(len(holder)))
+        if not keys:
+            break
+        key = data.draw(st.sampled_from(keys), label="key")
+        if not isinstance(holder[key], dict | list) or data.draw(st.booleans(), label="stop"):
+            holder[key] = data.draw(weird, label="value")
+            return name, content
+        holder = holder[key]
+    return name, content
+
+
+@FUZZ
+@given(data=st.data())
+async def test_fuzz_crafted_transcripts(
+    daemon: RawDaemon, root: Path, data_dir: Path, data: st.DataObject
+) -> None:
+    """A real transcript with one value of another shape: imported, or refused with a typed
+    error (never an internal one) that writes nothing."""
+    name, content = mutated(data)
+    path = root / "crafted" / f"{next(_n)}-{name}"
+    path.parent.mkdir(exist_ok=True)
+    if isinstance(content, list) and name.endswith(".jsonl"):
+        path.write_text("".join(json.dumps(record) + "\n" for record in content))
+    else:
+        path.write_text(json.dumps(content))
+    before = snapshot(data_dir)
+    reply = await daemon.request("session/import", {"path": str(path)})
+    check_replies([reply], data_dir)
+    if "error" in reply:
+        assert snapshot(data_dir) == before, f"a refused import wrote: {reply}"

@@ -17,6 +17,7 @@ import orjson
 import pytest
 import pytest_asyncio
 from compactd.context.stores import open_store
+from compactd.context.stores.files import COUNTS_SUFFIX
 
 from tests.support.postgres import daemon_store_url
 
@@ -48,8 +49,13 @@ async def daemon(root: Path, data_dir: Path) -> AsyncIterator[RawDaemon]:
 
 def snapshot(folder: Path) -> dict[str, bytes]:
     """Every file under the data dir, by its bytes (locks and logs alike), and when the daemon
-    tests run on PostgreSQL every session's events in the data dir's database."""
-    out = {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    tests run on PostgreSQL every session's events in the data dir's database. Not the counts
+    a listing keeps beside each log: a cache the probes' own listings write."""
+    out = {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in folder.rglob("*")
+        if p.is_file() and COUNTS_SUFFIX not in p.name
+    }
     url = daemon_store_url(folder)
     if url:
         store = open_store(url, None)
@@ -75,16 +81,17 @@ def assert_clean(message: dict[str, Any], data_dir: Path) -> None:
 _probes = iter(range(1, 10**6))
 
 
-async def after(daemon: RawDaemon, data: bytes) -> list[dict[str, Any]]:
-    """Write `data` then a probe; the replies that came before the probe's (which must come)."""
+async def after(daemon: RawDaemon, data: bytes, replies: int | None = None) -> list[dict[str, Any]]:
+    """Write `data` then a probe (whose answer must come); the replies to `data`: those that
+    came before the probe's, or — requests are answered as they finish, not in the order they
+    came — the first `replies` besides the probe's."""
     start = len(daemon.received)
     n = next(_probes)
     probe = b'{"jsonrpc":"2.0","id":"probe-%d","method":"session/list"}' % n
     daemon.write(data + frame(probe))
     await daemon.drain()
     answer = await daemon.response(f"probe-{n}", start=start)
-    replies = daemon.replies_since(start)
-    return replies[: replies.index(answer)]
+    return await daemon.replies_besides(answer, start, replies)
 
 
 def count_appends(data_dir: Path, sid: str) -> int:
@@ -159,7 +166,7 @@ async def test_a_request_over_max_request_bytes_is_refused_and_skipped(
             "params": {"sessionId": SID, "messages": [user("x" * (65 * 2**20))]},
         }
     ).encode()
-    (reply,) = await after(daemon, frame(big))
+    (reply,) = await after(daemon, frame(big), replies=1)
     assert reply["id"] is None
     assert reply["error"]["code"] == 4014
     assert reply["error"]["data"] == {
@@ -204,7 +211,7 @@ async def test_a_bad_id_is_32600_and_the_request_is_not_run(
         "method": "session/append",
         "params": {"sessionId": SID, "messages": [assistant("must not be written")]},
     }
-    (reply,) = await after(daemon, frame(json.dumps(message).encode()))
+    (reply,) = await after(daemon, frame(json.dumps(message).encode()), replies=1)
     assert reply["id"] is None and reply["error"]["code"] == -32600, reply
     assert reply["error"]["data"]["kind"] == "invalid_request"
     assert snapshot(data_dir) == before
@@ -213,18 +220,20 @@ async def test_a_bad_id_is_32600_and_the_request_is_not_run(
 @pytest.mark.parametrize("good_id", ["", "ü-id", 0, 2**53 - 1, -(2**53 - 1)], ids=repr)
 async def test_good_ids_come_back_exactly(daemon: RawDaemon, good_id: Any) -> None:
     message = {"jsonrpc": "2.0", "id": good_id, "method": "session/list"}
-    (reply,) = await after(daemon, frame(json.dumps(message).encode()))
+    (reply,) = await after(daemon, frame(json.dumps(message).encode()), replies=1)
     assert reply["id"] == good_id and type(reply["id"]) is type(good_id)
     assert "sessions" in reply["result"]
 
 
 async def test_a_null_id_is_answered_with_a_null_id(daemon: RawDaemon) -> None:
-    (reply,) = await after(daemon, frame(b'{"jsonrpc":"2.0","id":null,"method":"session/list"}'))
+    (reply,) = await after(
+        daemon, frame(b'{"jsonrpc":"2.0","id":null,"method":"session/list"}'), replies=1
+    )
     assert reply["id"] is None and "sessions" in reply["result"]
 
 
 async def test_a_message_with_only_an_id_is_answered(daemon: RawDaemon) -> None:
-    (reply,) = await after(daemon, frame(b'{"jsonrpc":"2.0","id":41}'))
+    (reply,) = await after(daemon, frame(b'{"jsonrpc":"2.0","id":41}'), replies=1)
     assert reply["id"] == 41 and reply["error"]["code"] == -32600
 
 
@@ -238,7 +247,7 @@ async def test_empty_params_in_any_form_mean_no_arguments(
 ) -> None:
     tail = f',"params":{params}' if params is not None else ""
     body = f'{{"jsonrpc":"2.0","id":"e","method":"{method}"{tail}}}'.encode()
-    (reply,) = await after(daemon, frame(body))
+    (reply,) = await after(daemon, frame(body), replies=1)
     assert "result" in reply, reply
 
 
@@ -249,7 +258,7 @@ async def test_empty_params_for_a_method_that_needs_some_is_a_typed_error(
     before = snapshot(data_dir)
     tail = f',"params":{params}' if params is not None else ""
     body = f'{{"jsonrpc":"2.0","id":"e","method":"session/append"{tail}}}'.encode()
-    (reply,) = await after(daemon, frame(body))
+    (reply,) = await after(daemon, frame(body), replies=1)
     error = reply["error"]
     assert error["code"] == -32602
     assert error["data"] == {"kind": "invalid_params", "fields": ["params.sessionId"]}
@@ -260,7 +269,7 @@ async def test_an_lsp_method_with_bad_params_has_no_traceback(
     daemon: RawDaemon, data_dir: Path
 ) -> None:
     body = b'{"jsonrpc":"2.0","id":"i","method":"initialize","params":{"processId":"x"}}'
-    (reply,) = await after(daemon, frame(body))
+    (reply,) = await after(daemon, frame(body), replies=1)
     assert reply["error"]["code"] == -32602
     assert_clean(reply, data_dir)
 

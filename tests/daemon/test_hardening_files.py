@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -203,6 +204,76 @@ async def test_a_symlinked_subagent_transcript_is_not_read(daemon: RawDaemon, ro
     text, warnings = await imported_text(daemon, path)
     assert SECRET not in text
     assert any("agent-x1.jsonl is not a regular file" in w for w in warnings), warnings
+
+
+def with_an_agent_call(path: Path, agent_id: str) -> None:
+    """The session's one call becomes an `Agent` call whose result names a sub-agent file."""
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    lines[1]["message"]["content"][0].update(name="Agent", input={"prompt": "look around"})
+    lines[2]["toolUseResult"] = {"agentId": agent_id}
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def agent_file(text: str) -> str:
+    line = {"type": "user", "sessionId": "agent", "uuid": "a1", "isSidechain": True,
+            "message": {"role": "user", "content": text}}  # fmt: skip
+    return json.dumps(line) + "\n"
+
+
+async def test_a_symlinked_session_folder_is_not_even_listed(daemon: RawDaemon, root: Path) -> None:
+    """The folder beside the session (its sub-agents, its spilled results) is a symlink to a
+    folder elsewhere: nothing in it is read or listed, and the import says so."""
+    case = root / "session-folder-link"
+    elsewhere = case / "elsewhere"
+    (elsewhere / "subagents").mkdir(parents=True)
+    (elsewhere / "subagents" / "agent-x1.jsonl").write_text(agent_file(SECRET))
+    (elsewhere / "tool-results").mkdir()
+    (elsewhere / "tool-results" / "toolu_s.txt").write_text(SECRET)
+    path = claude_transcript(case / "proj", "toolu_s", PREVIEW)
+    with_an_agent_call(path, "x1")
+    folder = path.with_suffix("")
+    shutil.rmtree(folder)
+    folder.symlink_to(elsewhere)
+    text, warnings = await imported_text(daemon, path)
+    assert SECRET not in text
+    assert any("sub-agent folder was not read" in w for w in warnings), warnings
+
+
+async def test_a_symlinked_subagents_folder_with_a_referenced_agent_is_a_warning(
+    daemon: RawDaemon, root: Path
+) -> None:
+    """It failed the whole import ("Not a directory"); the docs promise a warning."""
+    case = root / "subagents-link"
+    (case / "elsewhere").mkdir(parents=True)
+    (case / "elsewhere" / "agent-x2.jsonl").write_text(agent_file(SECRET))
+    path = claude_transcript(case / "proj", "toolu_t", PREVIEW)
+    with_an_agent_call(path, "x2")
+    (path.with_suffix("") / "subagents").symlink_to(case / "elsewhere")
+    text, warnings = await imported_text(daemon, path)
+    assert SECRET not in text
+    assert any("sub-agent folder was not read" in w for w in warnings), warnings
+    assert any("agent-x2.jsonl" in w and "missing" in w for w in warnings), warnings
+
+
+async def test_a_hard_linked_file_beside_the_session_is_not_read(
+    daemon: RawDaemon, root: Path
+) -> None:
+    """A spilled result or a sub-agent file with a second name (a hard link to any file of
+    the user's) is not read: the preview stays, the import says why."""
+    case = root / "hard-links"
+    case.mkdir()
+    (case / "secret.txt").write_text(SECRET)
+    (case / "agent.jsonl").write_text(agent_file(SECRET))
+    path = claude_transcript(case / "proj", "toolu_h", PREVIEW)
+    with_an_agent_call(path, "x3")
+    folder = path.with_suffix("")
+    os.link(case / "secret.txt", folder / "tool-results" / "toolu_h.txt")
+    (folder / "subagents").mkdir()
+    os.link(case / "agent.jsonl", folder / "subagents" / "agent-x3.jsonl")
+    text, warnings = await imported_text(daemon, path)
+    assert SECRET not in text
+    assert any("agent-x3.jsonl not read" in w and "2 links" in w for w in warnings), warnings
+    assert any("toolu_h.txt" in w and "kept the preview" in w for w in warnings), warnings
 
 
 async def test_a_real_spill_next_to_the_session_is_still_read(

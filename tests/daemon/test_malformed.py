@@ -69,17 +69,19 @@ def nothing_written(data_dir: Path) -> Iterator[None]:
 _probes = iter(range(1, 10**6))
 
 
-async def exchange(daemon: RawDaemon, data: bytes) -> list[dict[str, Any]]:
-    """Write `data`, then a well-formed probe request; returns the replies that came before
-    the probe's answer (the daemon answers in order), after checking the probe's answer."""
+async def exchange(
+    daemon: RawDaemon, data: bytes, replies: int | None = None
+) -> list[dict[str, Any]]:
+    """Write `data`, then a well-formed probe request; after checking the probe's answer,
+    returns the replies that came before it, or — requests are answered as they finish, not
+    in the order they came — the first `replies` besides it."""
     start = len(daemon.received)
     n = next(_probes)
     daemon.write(data + frame(STATUS % n))
     await daemon.drain()
     probe = await daemon.response(f"probe-{n}", start=start)
     assert probe["result"]["dataDir"], "the daemon must still serve after malformed input"
-    replies = daemon.replies_since(start)
-    return replies[: replies.index(probe)]
+    return await daemon.replies_besides(probe, start, replies)
 
 
 def assert_error(reply: dict[str, Any], code: int, msg_id: Any) -> None:
@@ -95,8 +97,7 @@ async def test_garbage_header_lines_are_skipped(daemon: RawDaemon, data_dir: Pat
     body = b'{"jsonrpc":"2.0","id":"after-garbage","method":"session/list","params":{}}'
     with nothing_written(data_dir):
         replies = await exchange(
-            daemon,
-            b"this is not a header\r\nX-Junk: yes\r\n" + frame(body),
+            daemon, b"this is not a header\r\nX-Junk: yes\r\n" + frame(body), replies=1
         )
     assert [r["id"] for r in replies] == ["after-garbage"]
     assert SID in [s["sessionId"] for s in replies[0]["result"]["sessions"]]
@@ -161,8 +162,8 @@ async def test_an_over_long_header_line_is_answered_and_dropped(
         b"not json at all",
         b'{"jsonrpc":"2.0","id":5,"method":"daemon/status"',  # cut short
         b'{"jsonrpc":"2.0","id":6,"method":"daemon/status",}',  # trailing comma
-        b"\xff\xfe\x00garbage",  # not UTF-8
-        b'{"jsonrpc":"2.0","id":7,"method":"daemon/status","params":{"x":"\\ud800"}}',  # lone
+        b"\xff\xfe\x00garbage",  # not UTF-8, and not JSON once repaired either
+        b'{"jsonrpc":"2.0","id":7,"method":"daemon/status","params":{"x":NaN}}',
         b"",
     ],
 )
@@ -172,6 +173,51 @@ async def test_a_body_that_is_not_json_is_32700_with_id_null(
     with nothing_written(data_dir):
         (reply,) = await exchange(daemon, frame(body))
     assert_error(reply, -32700, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "stored"),
+    [
+        (b"cut mid-emoji \\ud83d", "cut mid-emoji \ufffd"),  # what JSON.stringify writes
+        (b"\\udc00 a lone low half", "\ufffd a lone low half"),
+        (b"a byte that is not UTF-8: \xff", "a byte that is not UTF-8: \ufffd"),
+        (b"a whole pair \\ud83d\\ude00", "a whole pair \U0001f600"),
+    ],
+)
+async def test_text_a_utf8_encoder_would_repair_is_stored_repaired_and_answered_on_its_id(
+    daemon: RawDaemon, text: bytes, stored: str
+) -> None:
+    """Once answered −32700 with id null (a JSON-RPC client then waits out its timeout):
+    now the request runs, on its own id, with the text as a UTF-8 encoder makes it."""
+    body = (
+        b'{"jsonrpc":"2.0","id":"cut","method":"session/append","params":{"sessionId":"'
+        + SID.encode()
+        + b'","messages":[{"role":"user","content":"'
+        + text
+        + b'"}]}}'
+    )
+    (reply,) = await exchange(daemon, frame(body), replies=1)
+    assert reply["id"] == "cut" and "result" in reply, reply
+    [node_id] = reply["result"]["nodeIds"]
+    got = await daemon.call("session/get", {"sessionId": SID, "nodeId": node_id})
+    assert got["node"]["content"] == [{"type": "text", "text": stored}]
+    await daemon.call(
+        "session/append", {"sessionId": SID, "messages": [assistant("noted")]}
+    )  # the turn goes on
+
+
+@pytest.mark.parametrize("method", ["no/such", "textDocument/hover", "workspace/symbol"])
+@pytest.mark.parametrize("params", [None, "null", "[]", "{}", "5", '"x"', "[1, 2]"])
+async def test_an_unknown_method_is_32601_whatever_its_params(
+    daemon: RawDaemon, data_dir: Path, method: str, params: str | None
+) -> None:
+    tail = f',"params":{params}' if params is not None else ""
+    with nothing_written(data_dir):
+        (reply,) = await exchange(
+            daemon, frame(f'{{"jsonrpc":"2.0","id":"u","method":"{method}"{tail}}}'.encode())
+        )
+    assert_error(reply, -32601, "u")
+    assert reply["error"]["data"]["kind"] == "method_not_found"
 
 
 @pytest.mark.parametrize(

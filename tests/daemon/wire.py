@@ -177,6 +177,22 @@ class RawDaemon:
         """Responses (not notifications) received after the first `start` messages."""
         return [m for m in self.received[start:] if "method" not in m]
 
+    async def replies_besides(
+        self, probe: dict[str, Any], start: int, count: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The replies since the `start`-th message other than `probe` (a probe request's
+        answer): those that came before it, or — requests are answered as they finish, not in
+        the order they came — the first `count` besides it, waited for."""
+        if count is None:
+            got = self.replies_since(start)
+            return got[: got.index(probe)]
+
+        def others() -> list[dict[str, Any]]:
+            return [r for r in self.replies_since(start) if r is not probe]
+
+        await self.wait_for(lambda _: len(others()) >= count, start=start)
+        return others()[:count]
+
     def notifications(self, method: str) -> list[dict[str, Any]]:
         return [m["params"] for m in self.received if m.get("method") == method and "id" not in m]
 

@@ -55,8 +55,8 @@ def test_per_call_overrides() -> None:
     )
     b = make_budget("claude-haiku-4-5-20251001", window=50_000, max_output_tokens=1_000)
     assert (b.window, b.output_reserve, b.limit) == (50_000, 1_000, 49_000)
-    b = make_budget("gpt-4", max_output_tokens=0)
-    assert (b.window, b.output_reserve) == (8_192, 0)
+    b = make_budget("gpt-4", max_output_tokens=1)
+    assert (b.window, b.output_reserve) == (8_192, 1)
     # a small window never defaults to reserving all of it
     b = make_budget("claude-opus-4-6", window=10_000)
     assert 0 < b.output_reserve < 10_000
@@ -70,6 +70,8 @@ def test_per_call_overrides() -> None:
         (1_000, 1_000),
         (1_000, 5_000),
         (1_000, -1),
+        (1_000, 0),  # a request must allow an answer
+        (2**53, None),  # more than a JSON peer holds exactly
         ("100000", None),
         (1.5e5, None),
         (True, None),

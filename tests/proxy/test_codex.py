@@ -35,6 +35,10 @@ API_KEY = "sk-proj-test-0123456789abcdef-secret"
 CONFIG = """model = "gpt-5-codex"
 model_provider = "scripted"
 model_context_window = {window}
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
 
 [model_providers.scripted]
 name = "scripted"

@@ -89,11 +89,19 @@ def _valid(body: Any, path: str) -> bool:
             from_anthropic(read_messages_request(body).messages)
             return True
         if path.startswith("/v1/chat"):
-            return (
-                isinstance(body, dict)
-                and isinstance(body.get("model"), str)
-                and bool(from_openai(body.get("messages")))
-            )
+            if not (isinstance(body, dict) and isinstance(body.get("model"), str)):
+                return False
+            messages = body.get("messages")
+            if (
+                isinstance(messages, list)
+                and messages
+                and all(
+                    isinstance(m, dict) and m.get("role") in ("system", "developer")
+                    for m in messages
+                )
+            ):
+                return True  # nothing to keep: sent on as the client wrote it
+            return bool(from_openai(messages))
         return (
             isinstance(body, dict)
             and isinstance(body.get("model"), str)

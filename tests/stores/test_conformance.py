@@ -35,11 +35,14 @@ TRANSCRIPT = (
 @attrs.define
 class Backend:
     """Opens stores on one location; `break_next_write` makes the next append fail inside
-    the store, after the lock is taken (a disk error; a dropped database connection)."""
+    the store, after the lock is taken (a disk error; a dropped database connection), and
+    `break_next_create` the next create, part-way (a full disk; a failed statement after the
+    session's row)."""
 
     name: str
     open: Callable[[], Any]
     break_next_write: Callable[[Any, pytest.MonkeyPatch], None]
+    break_next_create: Callable[[Any, pytest.MonkeyPatch], None]
     opened: list[Any] = attrs.field(factory=list)
 
     def store(self) -> Any:
@@ -63,6 +66,28 @@ def _break_files(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "fsync", fsync)
 
 
+def _fill_the_disk(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next write gets part of its bytes out, then the disk is full."""
+    import errno
+    import os
+
+    real = os.write
+
+    def write(fd: int, data: Any) -> int:
+        monkeypatch.setattr(os, "write", real)
+        real(fd, bytes(data[: max(1, len(data) // 2)]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", write)
+
+
+def _fail_inside_the_create(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The create's insert of its events fails, after the session's row went in."""
+    from compactd.context.stores import postgres
+
+    monkeypatch.setattr(postgres, "INSERT_EVENTS", "SELECT compactd_no_such_function()")
+
+
 def _break_postgres(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Kill the server process of the write transaction just before its insert."""
     import psycopg
@@ -83,10 +108,12 @@ def _break_postgres(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     if request.param == "files":
         root = tmp_path / "data"
-        made = Backend("files", lambda: open_store(None, root), _break_files)
+        made = Backend("files", lambda: open_store(None, root), _break_files, _fill_the_disk)
     else:
         url = request.getfixturevalue("pg_url")
-        made = Backend("postgres", lambda: open_store(url, None), _break_postgres)
+        made = Backend(
+            "postgres", lambda: open_store(url, None), _break_postgres, _fail_inside_the_create
+        )
     yield made
     for store in made.opened:
         store.close()
@@ -280,6 +307,53 @@ def test_an_import_that_fails_leaves_no_session(
         raise Boom
     assert not backend.engine().library.exists("half")
     assert "half" not in backend.store().list_sessions()
+
+
+def test_counts_are_kept_beside_the_log_and_listed_with_it(backend: Backend) -> None:
+    """A listing reads every session's stat and kept counts without loading one; counts
+    taken before the log grew say so by their cursor (the caller counts again)."""
+    eng = backend.engine()
+    sid = new_session(eng, "counted")
+    eng.append(sid, messages=[user("hello"), assistant("hi")])
+    [(listed, stat, never)] = backend.store().listing()
+    assert (listed, never) == (sid, None)
+    kept = eng.keep_counts(sid)
+    assert (kept.cursor, kept.turns) == (stat.cursor, 1) and kept.tokens > 0
+    [(_, same, read)] = backend.store().listing()
+    assert read == kept and same.cursor == kept.cursor
+    eng.append(sid, messages=[user("again")])
+    [(_, grown, stale)] = backend.store().listing()
+    assert stale == kept and grown.cursor != kept.cursor
+    assert backend.engine().keep_counts(sid).turns == 2
+
+
+@pytest.mark.parametrize("what", ["open", "import"])
+def test_a_create_that_fails_part_way_leaves_nothing(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch, what: str
+) -> None:
+    """A full disk (or a failed statement) part-way through a create: a typed error, no
+    session listed or loadable, and the same create succeeds once the cause is gone."""
+    eng = backend.engine()
+    backend.break_next_create(eng.store, monkeypatch)
+    with pytest.raises(StoreFailure):
+        if what == "open":
+            eng.open("born")
+        else:
+            eng.import_file(str(TRANSCRIPT))
+    monkeypatch.undo()
+    other = backend.engine()
+    assert other.list() == []
+    assert not other.library.exists("born")
+    assert backend.store().sweep() == []  # nothing torn was left behind either
+    if what == "open":
+        _, created = other.open("born")
+        assert created and other.session("born").graph.seq == 1
+    else:
+        outcome = other.import_file(str(TRANSCRIPT))
+        assert outcome.existing == []  # not a half import standing in for the file
+        [sid] = outcome.session_ids
+        other.append(sid, messages=[user("after the import")])
+        assert backend.engine().session(sid).report.clean
 
 
 def test_the_background_claim_is_held_by_one_at_a_time(backend: Backend) -> None:

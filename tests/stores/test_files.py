@@ -63,18 +63,28 @@ def test_append_is_fsynced_before_it_returns(
 
 
 def test_create_fsyncs_the_new_log(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    synced: list[str] = []
+    """The log's bytes are durable before it has its name (written under a temporary one),
+    and its directory entry after."""
+    synced: list[tuple[str, tuple[int, int]]] = []
     real_fsync = os.fsync
 
     def fsync(fd: int) -> None:
         real_fsync(fd)
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        info = os.fstat(fd)
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), (info.st_dev, info.st_ino)))
 
     monkeypatch.setattr(os, "fsync", fsync)
     sid = new_session(engine, "fresh")
     monkeypatch.undo()
-    assert str(engine.store.log_path(sid)) in synced
-    assert str(engine.store.sessions_dir) in synced  # the new directory entry is durable too
+    log = engine.store.log_path(sid).stat()
+    names = [name for name, _ in synced]
+    first = next(i for i, (_, ino) in enumerate(synced) if ino == (log.st_dev, log.st_ino))
+    assert Path(names[first]).name.startswith(".fresh.")  # synced before it was linked
+    assert str(engine.store.sessions_dir) in names[first:]  # the new entry is durable too
+    assert sorted(p.name for p in engine.store.sessions_dir.iterdir()) == [
+        ".fresh.lock",
+        "fresh.jsonl",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -336,3 +346,44 @@ def test_checkout_of_an_empty_or_bad_branch_name_writes_nothing(engine: Engine) 
             engine.session(sid).checkout(name)
         assert info.value.kind == "unknown_branch"
     assert log_bytes(engine, sid) == before
+
+
+# ---- creates that failed ----------------------------------------------------------------------
+
+
+def test_the_sweep_moves_aside_what_failed_creates_left(store: FileStore) -> None:
+    """A create killed before its log was linked (its temporary file, unheld), an older
+    compactd's empty log: moved to `torn/`, never listed. A create in progress (its file
+    held), and a temporary name that is only a second link of a finished log, are not."""
+    import fcntl
+
+    engine = Engine(store)
+    new_session(engine, "whole")
+    folder = store.sessions_dir
+    (folder / ".killed.0123456789ab.creating").write_bytes(b'{"t":"open","seq":1')
+    (folder / "empty.jsonl").write_bytes(b"")
+    os.link(store.log_path("whole"), folder / ".whole.ba9876543210.creating")
+    live = folder / ".live.aaaaaaaaaaaa.creating"
+    live.write_bytes(b"")
+    held = os.open(live, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        assert store.list_sessions() == ["whole"]  # the empty log was never a session
+        moved = store.sweep()
+    finally:
+        os.close(held)
+    assert len(moved) == 2 and any("empty.jsonl" in m for m in moved), moved
+    assert sorted(p.name.split(".")[0] for p in (store.root / "torn").iterdir()) == [
+        "empty",
+        "killed",
+    ]
+    assert stat.S_IMODE((store.root / "torn").stat().st_mode) == 0o700
+    assert sorted(p.name for p in folder.iterdir()) == [
+        ".live.aaaaaaaaaaaa.creating",
+        ".whole.lock",
+        "whole.jsonl",
+    ]
+    assert Library(FileStore(store.root)).load("whole").report.clean
+    engine.open("empty")  # the id is free again
+    [released] = store.sweep()  # its creator is gone now
+    assert released.startswith(f"{live.name} (a create that never finished): moved to torn/")

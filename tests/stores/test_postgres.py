@@ -81,3 +81,36 @@ def test_an_unreachable_database_is_a_clear_error(tmp_path: Any) -> None:
         open_store(f"postgresql:///nope?host={tmp_path}&user=postgres&password=secret", None)
     assert "cannot connect to the session store" in str(caught.value)
     assert "secret" not in str(caught.value)
+
+
+def test_a_database_of_the_first_schema_is_brought_up_to_date(pg_url: str) -> None:
+    """A database an older compactd set up (schema 1, a session in it) gains the table of
+    listing counts; its sessions are untouched and listed."""
+    from compactd.context.stores import postgres
+
+    with psycopg.connect(pg_url, autocommit=True) as conn, conn.transaction():
+        conn.execute("CREATE SCHEMA compactd")
+        conn.execute(
+            "CREATE TABLE compactd.schema_version (version integer PRIMARY KEY, "
+            "installed timestamptz NOT NULL DEFAULT now())"
+        )
+        for statement in postgres.SCHEMA_V1:
+            conn.execute(statement)  # type: ignore[call-overload]
+        conn.execute("INSERT INTO compactd.schema_version (version) VALUES (1)")
+        conn.execute("INSERT INTO compactd.sessions (sid, head_seq, bytes) VALUES ('old', 1, 9)")
+        conn.execute(
+            "INSERT INTO compactd.events (sid, seq, batch, body) VALUES ('old', 1, "
+            "gen_random_uuid(), %s::json)",
+            ('{"t":"open","seq":1,"ts":1.0,"sid":"old","config":{},"meta":{}}',),
+        )
+    store = open_store(pg_url, None)
+    try:
+        [(sid, stat, counts)] = store.listing()
+        assert (sid, stat.cursor, counts) == ("old", 1, None)
+        kept = Engine(store).keep_counts("old")
+        assert store.listing()[0][2] == kept
+    finally:
+        store.close()
+    with psycopg.connect(pg_url) as conn:
+        versions = [r[0] for r in conn.execute("SELECT version FROM compactd.schema_version")]
+    assert sorted(versions) == [1, 2]
