@@ -129,6 +129,9 @@ class Policy:
     microcompact_min_gain: float = 0.02  # …but only for at least this share of the limit
     # also shorten the long arguments of those old calls (a written file's content, …)
     microcompact_clear_inputs: bool = True
+    # results a newer one made stale (a file read again or edited since, a command run again)
+    # go on every pass, the newest kept calls' included, with a placeholder that says why
+    microcompact_clear_superseded: bool = True
     microcompact_input_chars: int = 200
     compactable_tools: tuple[str, ...] = tuple(
         sorted({name for names in COMPACTABLE_TOOLS.values() for name in names})
@@ -154,10 +157,6 @@ class Policy:
     summary_max_tokens: int = 5000
     # …and never more than this share of the limit (the marker rides in every request after)
     summary_limit_share: float = 0.05
-    # the LLM tiers (collapse, the rolling summary) run in an automatic cascade only when the
-    # cheaper ones left the request over this share of its limit: a call is not spent to go
-    # from a comfortable request to the target
-    summary_above: float = 0.60
     # an automatic summary is asked for only when its range frees at least this share of
     # the limit (by the marker's upper bound), unless the request is over its limit
     summary_min_gain: float = 0.05
@@ -219,7 +218,6 @@ _FRACTIONS = frozenset(
         "summary_split_turn_above",
         "summary_limit_share",
         "microcompact_keep_recent_share",
-        "summary_above",
         "summary_min_gain",
     }
 )

@@ -226,6 +226,9 @@ def _build(
             inputs = proj.cache_cleared_inputs if server else proj.cleared_inputs
             for node_id in rec.data.get("results", rec.covers):
                 results.setdefault(node_id, rec)
+            # superseded results always get compactd's own placeholder, which says why
+            for node_id in rec.data.get("superseded", ()):
+                proj.cleared.setdefault(node_id, rec)
             for node_id in rec.data.get("inputs", ()):
                 inputs.setdefault(node_id, rec)
         elif kind == ABANDON:

@@ -100,14 +100,17 @@ def line_starts(text: str) -> list[int]:
     return starts
 
 
-def cleared_note(handle: str, content: Any) -> str:
-    """Tier 1's placeholder when the request carries `compactd_recall`."""
+def cleared_note(handle: str, content: Any, superseded: str | None = None) -> str:
+    """Tier 1's placeholder when the request carries `compactd_recall` (for a superseded
+    result, saying why it went)."""
     lines = len(line_starts(content_text(content)))
     size = f"its {lines} line{'s' if lines != 1 else ''}"
-    return (
-        "[Old tool result content cleared by compactd; compactd_recall with handle "
-        f"{handle} returns {size}.]"
+    what = (
+        f"Tool result cleared by compactd: superseded ({superseded})"
+        if superseded
+        else "Old tool result content cleared by compactd"
     )
+    return f"[{what}; compactd_recall with handle {handle} returns {size}.]"
 
 
 def range_note(entries: list[str], transcript_handle: str, limit: int) -> str:

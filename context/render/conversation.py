@@ -32,6 +32,7 @@ from ..projection import SNIP as SNIP_KIND
 from ..projection import SUMMARY as SUMMARY_KIND
 from ..projection import Projection, hidden_runs
 from ..recall import CUT, FROM, INPUT, cleared_note, handle_for, range_entries, range_note
+from ..superseded import placeholder as superseded_placeholder
 from ..tokens import BLOCK_OVERHEAD, MESSAGE_OVERHEAD, Counter
 from ..visibility import View
 
@@ -476,10 +477,12 @@ class _Builder:
                     "original result]"
                 )
         elif call.id in proj.cleared:
-            variant = ("cleared", self.recall)
-            content, is_error, cat = CLEARED_PLACEHOLDER, call.is_error, MARKERS
+            why = (proj.cleared[call.id].data.get("superseded") or {}).get(call.id)
+            variant = ("cleared", self.recall, why)
+            content = superseded_placeholder(why) if why else CLEARED_PLACEHOLDER
+            is_error, cat = call.is_error, MARKERS
             if self.recall:
-                content = cleared_note(self.handle(call.id) or "", call.result)
+                content = cleared_note(self.handle(call.id) or "", call.result, why)
         elif fn is not None:
             mode = self.view.expose_mode(fn)
             variant = ("fn", fn.status, mode, fn.result_seq, self.trunc, self.recall)

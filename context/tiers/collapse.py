@@ -46,10 +46,9 @@ def available(run: Run) -> bool:
 
 
 def due(run: Run) -> bool:
-    """Over the run's target and `summaryAbove` of the limit, as the rolling summary (the
-    cascade calls it once over threshold), with collapse on and a provider to ask."""
-    above = max(run.target, int(run.policy.summary_above * run.limit))
-    return available(run) and run.total > above
+    """Still over the threshold after the cheaper tiers, as the rolling summary (spec §5:
+    a tier advances only while the request is over it), with collapse on and a provider."""
+    return available(run) and run.total > run.threshold
 
 
 def apply(run: Run) -> Steps[None]:

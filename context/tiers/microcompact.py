@@ -38,6 +38,7 @@ from ..policy import CLEARED_PLACEHOLDER, Policy, is_compactable
 from ..projection import CLEAR, Projection, visible_bounds
 from ..render.conversation import TOOL_CALLS, TOOL_RESULTS
 from ..render.request import Rendered, RequestSpec, ServerEdit
+from ..superseded import Use, superseded
 from .base import Run, TierEvent
 
 TIER = "microcompact"
@@ -52,14 +53,17 @@ class Candidates:
     clearable: list[str]  # tool node ids whose results may be cleared, oldest first
     last_pass_at: int | None  # tool-call count at the last count-triggered pass
     inputs: list[str] = attrs.field(factory=list)  # tool node ids whose long inputs may go
+    # tool node id -> why: results a newer one made stale (`superseded`), cleared client-side
+    # on either path, the newest calls kept whole included
+    superseded: dict[str, str] = attrs.field(factory=dict)
 
     @property
     def any(self) -> bool:
-        return bool(self.clearable or self.inputs)
+        return bool(self.clearable or self.inputs or self.superseded)
 
     @property
     def count(self) -> int:
-        return len(set(self.clearable) | set(self.inputs))
+        return len(set(self.clearable) | set(self.inputs) | set(self.superseded))
 
 
 def tool_calls(graph: Graph, path: Path) -> list[str]:
@@ -82,12 +86,14 @@ def candidates(
     server: bool = False,
     sizes: Mapping[str, int] | None = None,
     budget: int | None = None,
+    superseded_too: bool = True,
 ) -> Candidates:
     """What one pass may clear. `server`: the provider will clear them, and it clears every
     result of a compactable tool older than the `keep` newest — so the pass takes them all
     (short ones, kept evidence, ones without a result too), and measure matches what it sees.
     With `sizes` (tokens each call costs in the request) and `budget`, the newest calls kept
-    whole are those that fit the budget (`kept_recent`).
+    whole are those that fit the budget (`kept_recent`). `superseded_too`: superseded results
+    go in this pass, the newest kept calls' included (`superseded`).
 
     Only the turns the context shows are walked (calls in summarized, collapsed or snipped
     turns are out of it already); the count of every call comes from the line's memo."""
@@ -105,11 +111,13 @@ def candidates(
                     and is_compactable(policy, call.name)
                 ):
                     compactable.append(c)
-    keep = kept_recent(compactable, policy, sizes, budget)
+    stale = _superseded(graph, compactable, proj, policy) if superseded_too else {}
+    keep = kept_recent([c for c in compactable if c not in stale], policy, sizes, budget)
     clearable = [
         c
         for c in compactable
         if c not in keep
+        and c not in stale
         and c not in proj.cleared
         and c not in proj.cache_cleared
         and (server or (c not in proj.evidence and larger_than_placeholder(graph.nodes[c].result)))
@@ -130,7 +138,28 @@ def candidates(
             at = rec.data.get("atCalls")
             if isinstance(at, int) and (last is None or at > last):
                 last = at
-    return Candidates(path.tool_count(nodes), clearable, last, inputs)
+    return Candidates(path.tool_count(nodes), clearable, last, inputs, stale)
+
+
+def _superseded(
+    graph: Graph, compactable: list[str], proj: Projection, policy: Policy
+) -> dict[str, str]:
+    """The answered compactable calls whose results a newer visible one made stale and that
+    are still shown in full (`clearSuperseded`)."""
+    if not policy.microcompact_clear_superseded:
+        return {}
+    nodes = graph.nodes
+    hidden = proj.cleared.keys() | proj.cache_cleared.keys()
+    uses = [
+        Use(c, nodes[c].name, nodes[c].input, c not in hidden, bool(nodes[c].is_error))
+        for c in compactable
+        if nodes[c].answered
+    ]
+    return {
+        c: why
+        for c, why in superseded(uses).items()
+        if c not in hidden and c not in proj.evidence and larger_than_placeholder(nodes[c].result)
+    }
 
 
 def kept_recent(
@@ -200,18 +229,18 @@ def clear_record(
     results, inputs = list(c.clearable), list(c.inputs)
     taken = set(results)  # once: rebuilding it per element made a large first pass quadratic
     covers = results + [i for i in inputs if i not in taken]
-    return {
-        "kind": CLEAR,
-        "covers": covers,
-        "data": {
-            "mode": mode,
-            "trigger": trigger,
-            "atCalls": c.calls,
-            "results": results,
-            "inputs": inputs,
-        },
-        "thread": thread,
+    taken.update(inputs)
+    covers += [i for i in c.superseded if i not in taken]
+    data: dict[str, Any] = {
+        "mode": mode,
+        "trigger": trigger,
+        "atCalls": c.calls,
+        "results": results,
+        "inputs": inputs,
     }
+    if c.superseded:
+        data["superseded"] = dict(c.superseded)
+    return {"kind": CLEAR, "covers": covers, "data": data, "thread": thread}
 
 
 def server_path(policy: Policy, spec: RequestSpec) -> bool:
@@ -305,7 +334,10 @@ def _candidates(run: Run, keep_recent: int | None = None) -> Candidates:
     if keep_recent is not None:
         policy = attrs.evolve(policy, microcompact_keep_recent=keep_recent)
     server = server_path(policy, run.spec)
-    key = (TIER, policy.microcompact_keep_recent, server)
+    # on the server path the provider keeps the messages, so a superseded result cleared by
+    # compactd re-writes the cache from it: only when the window forces a change anyway
+    superseded_too = not server or run.total > run.threshold
+    key = (TIER, policy.microcompact_keep_recent, server, superseded_too)
     found = run.memo.get(key)
     if found is None:
         found = run.memo[key] = candidates(
@@ -316,6 +348,7 @@ def _candidates(run: Run, keep_recent: int | None = None) -> Candidates:
             server=server,
             sizes=call_sizes(run.rendered),
             budget=int(policy.microcompact_keep_recent_share * run.limit),
+            superseded_too=superseded_too,
         )
     return found
 
@@ -379,9 +412,10 @@ def apply(run: Run) -> None:
     event = clear_event(
         cands,
         trigger,
-        f"{why}: cleared {len(cands.clearable)} old tool results and shortened "
-        f"{len(cands.inputs)} old tool inputs (kept the {policy.microcompact_keep_recent} "
-        f"most recent calls){where}",
+        f"{why}: cleared {len(cands.clearable)} old tool results"
+        + (f" and {len(cands.superseded)} superseded ones" if cands.superseded else "")
+        + f" and shortened {len(cands.inputs)} old tool inputs (kept the "
+        f"{policy.microcompact_keep_recent} most recent calls){where}",
         mode,
     )
     run.propose(clear_record(cands, trigger, run.thread, mode), event)
@@ -492,6 +526,8 @@ def clear_event(cands: Candidates, trigger: str, reason: str, mode: str = "time"
         "cleared": len(cands.clearable),
         "inputs": len(cands.inputs),
     }
+    if cands.superseded:
+        details["superseded"] = len(cands.superseded)
     if trigger != "idle":
         details["calls"] = cands.calls
     details["mode"] = mode

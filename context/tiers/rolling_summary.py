@@ -531,11 +531,12 @@ def _exchange(graph: Graph, path: Path, turn: Turn) -> bool:
 
 
 def due(run: Run) -> bool:
-    """Still over the run's target after the cheaper tiers — and over `summaryAbove` of the
-    limit: a summary costs a call (its input, and its output at 5×) and a cache rewrite, so
-    it is not asked for only to go from a comfortable request to the target (the cascade
-    calls it once over threshold; `/compact` jumps straight to `apply`)."""
-    return run.total > max(run.target, int(run.policy.summary_above * run.limit))
+    """Still over the threshold after the cheaper tiers (spec §5: a tier advances only while
+    the request is over it). A summary costs a call — its input, its output at 5× — and a
+    cache rewrite: it is not asked for when Tier 1 and Snip got the request under the
+    threshold, only to win headroom; once it runs it aims at the target (`/compact` jumps
+    straight to `apply`)."""
+    return run.total > run.threshold
 
 
 def prepare_due(run: Run) -> bool:
