@@ -54,6 +54,9 @@ class Projection:
     # them, the model does not see them
     cache_cleared: dict[str, Record] = attrs.field(factory=dict)
     cache_cleared_inputs: dict[str, Record] = attrs.field(factory=dict)
+    # tool node id -> why, for the time-based clears of superseded results (their placeholder
+    # says why; one the provider clears too shows the provider's)
+    superseded: dict[str, str] = attrs.field(factory=dict)
     evidence: dict[str, Record] = attrs.field(factory=dict)  # tool node id -> evidence
     abandoned: frozenset[str] = frozenset()  # tool node ids that will never get a result
     applied: list[Record] = attrs.field(factory=list)
@@ -80,9 +83,12 @@ class Projection:
         def marked(ids: Iterable[str], own: dict[str, Record]) -> dict[str, Record]:
             return {i: own.get(i, fallback) for i in ids}
 
+        results = results if isinstance(results, set | frozenset) else frozenset(results)
         seen = attrs.evolve(
             self,
-            cleared={**marked(results, self.cache_cleared), **self.cleared},
+            # what the provider clears shows its placeholder, whatever compactd had put there
+            cleared={**self.cleared, **marked(results, self.cache_cleared)},
+            superseded={k: v for k, v in self.superseded.items() if k not in results},
             cleared_inputs={**marked(inputs, self.cache_cleared_inputs), **self.cleared_inputs},
             cache_cleared={},
             cache_cleared_inputs={},
@@ -227,8 +233,9 @@ def _build(
             for node_id in rec.data.get("results", rec.covers):
                 results.setdefault(node_id, rec)
             # superseded results always get compactd's own placeholder, which says why
-            for node_id in rec.data.get("superseded", ()):
+            for node_id, why in (rec.data.get("superseded") or {}).items():
                 proj.cleared.setdefault(node_id, rec)
+                proj.superseded.setdefault(node_id, why)
             for node_id in rec.data.get("inputs", ()):
                 inputs.setdefault(node_id, rec)
         elif kind == ABANDON:

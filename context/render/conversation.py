@@ -477,7 +477,7 @@ class _Builder:
                     "original result]"
                 )
         elif call.id in proj.cleared:
-            why = (proj.cleared[call.id].data.get("superseded") or {}).get(call.id)
+            why = proj.superseded.get(call.id)
             variant = ("cleared", self.recall, why)
             content = superseded_placeholder(why) if why else CLEARED_PLACEHOLDER
             is_error, cat = call.is_error, MARKERS

@@ -499,15 +499,12 @@ def replay(
     }
     # the policies compared all send this very system prompt: price it as compactd's render
     # counts it (the synthetic text lands a few tokens off the fitted overhead)
-    units = attrs.evolve(
-        units,
-        overhead={
-            kind: round(engine.counter.system_block({"type": "text", "text": text}) * ratio)
-            if text
-            else 0
-            for kind, text in systems.items()
-        },
-    )
+    system_tokens = {
+        kind: round(engine.counter.system_block({"type": "text", "text": text}) * ratio)
+        if text
+        else 0
+        for kind, text in systems.items()
+    }
     session = engine.library.create(
         config=dict(options.config), meta={"replayOf": imported.source_id}
     )
@@ -583,7 +580,7 @@ def replay(
             )
         limit, window = rendered.budget.limit, rendered.budget.window
         if not anchors and options.anchors:
-            anchors = _anchors(units, window, limit, options.ttl, options.write_price)
+            anchors = _anchors(system_tokens, window, limit, options.ttl, options.write_price)
         charge = cache.request(scaled(request_blocks(rendered, engine.counter), ratio), at)
         rewrite = _rewrote(last_request.get(thread), at, charge, ttl_seconds)
         last_request[thread] = (at, charge.tokens)
@@ -640,7 +637,7 @@ def replay(
             mine.removed_without_summary += removed
             mine.prepared += prepared
             mine.prepared_unused += prepared - reused  # settled when a preparation is used
-        system_block = (b"system:" + rec.kind.encode(), units.overhead[rec.kind])
+        system_block = (b"system:" + rec.kind.encode(), system_tokens[rec.kind])
         items = [attrs.evolve(i, tokens=round(i.tokens * ratio)) for i in rec.items]
         if "baseline" in totals:
             base_blocks = [system_block, *((i.key, i.tokens) for i in items)]
@@ -700,10 +697,10 @@ def replay(
 
 
 def _anchors(
-    units: Units, window: int, limit: int, ttl: str, write_price: float | None
+    system_tokens: dict[str, int], window: int, limit: int, ttl: str, write_price: float | None
 ) -> list[tuple[Any, CacheModel, dict[str, tuple[float, int]]]]:
     """The anchor policies, each with a cache of its own and its threads' last requests."""
-    systems = {kind: (b"system:" + kind.encode(), t) for kind, t in units.overhead.items()}
+    systems = {kind: (b"system:" + kind.encode(), t) for kind, t in system_tokens.items()}
     policies: list[Any] = [CodexLike(systems, window), OpencodeLike(systems, window, limit)]
     return [(p, CacheModel(ttl, write_price=write_price), {}) for p in policies]
 

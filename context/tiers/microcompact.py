@@ -171,7 +171,7 @@ def kept_recent(
     """The newest calls a pass keeps whole: `microcompactKeepRecent` (5) of them — fewer when
     they do not fit `budget` tokens (`microcompactKeepRecentShare` of the limit: at a small
     window five big writes are a third of it, and a summary cannot take them either, for they
-    are the newest steps), but never fewer than `microcompactKeepLast` (1)."""
+    are the newest steps), but never fewer than one (only the last resort keeps fewer)."""
     wanted = policy.microcompact_keep_recent
     if not wanted:
         return set()
@@ -182,7 +182,7 @@ def kept_recent(
     used = 0
     for call in reversed(newest):
         size = sizes.get(call, 0)
-        if len(kept) >= policy.microcompact_keep_last and used + size > budget:
+        if kept and used + size > budget:
             break
         kept.append(call)
         used += size

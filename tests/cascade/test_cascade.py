@@ -240,8 +240,10 @@ def test_a_summary_without_gain_is_tried_once(engine: Engine) -> None:
 
 def test_collapse_and_summary_failing_together_stay_bounded(engine: Engine) -> None:
     sid = open_session(engine, {"summaryProvider": "digest", "snipEnabled": False})
-    for t in range(14):
-        engine.append(sid, messages=exchange(f"t{t}", [], ask=f"ask {t}: " + filler(f"a{t}", 500)))
+    for t in range(14):  # the bulk is the answers: a summary could free it, had it worked
+        engine.append(
+            sid, messages=exchange(f"t{t}", [], ask=f"ask {t}", answer=filler(f"a{t}", 500))
+        )
     recorder = always("overloaded")
     with pytest.raises(CannotFit):
         cascade(engine, sid, params(), answer=recorder)
@@ -383,3 +385,37 @@ def test_needs_carry_what_the_summarizer_is_given(engine: Engine) -> None:
     # summaryMaxTokens (5,000), but never more than a twentieth of what the request may hold,
     # and never less than the spec's 2,000 (a fifth of a limit that small)
     assert need.request.max_output_tokens == max(min(2000, LIMIT // 5), min(5000, LIMIT // 20))
+
+
+def test_a_summary_that_would_free_too_little_is_not_asked_for(engine: Engine) -> None:
+    """Over its threshold but inside its limit, with old turns whose summary would free
+    under `summaryMinGain` of the limit (by the marker's bound): the provider is not called
+    at all — a call and a cache rewrite for that little would be the next compaction a few
+    requests away — and the cascade says so. With the bar lower, the same range is taken."""
+    config = {"summaryProvider": "digest", "snipEnabled": False, "collapseEnabled": False}
+
+    def build(min_gain: float) -> str:
+        sid = open_session(engine, {**config, "summaryMinGain": min_gain})
+        for t in range(3):
+            engine.append(sid, messages=exchange(f"s{t}", [], ask=f"small ask {t}"))
+        engine.append(
+            sid, messages=explained_turn("big", "the big one: " + filler("b", 4000), 3000, 0)
+        )
+        engine.append(sid, messages=[user("and now: " + filler("now", 1000))])
+        before = engine.render(sid, params()).total
+        assert THRESHOLD < before <= LIMIT
+        return sid
+
+    sid = build(0.5)  # half the limit: more than any range here frees
+    recorder = Recorder()
+    events = events_of(engine, sid, recorder)
+    assert recorder.needs == []
+    (note,) = [e for e in events if e.tier == "summary"]
+    assert not note.applied and note.reason.startswith("not worth a call")
+    assert "the provider was not called" in note.reason
+    assert records(engine, sid, "summary") == []
+
+    sid = build(0.05)
+    recorder = Recorder()
+    events_of(engine, sid, recorder)
+    assert len(recorder.needs) == 1 and records(engine, sid, "summary")

@@ -16,7 +16,13 @@ def user(text: str) -> Message:
 
 
 def tool_use(use_id: str, name: str = "Read", **inp: Any) -> dict[str, Any]:
-    return {"type": "tool_use", "id": use_id, "name": name, "input": inp or {"path": "/x"}}
+    # a file of its own per call (reads of one file would supersede each other)
+    return {
+        "type": "tool_use",
+        "id": use_id,
+        "name": name,
+        "input": inp or {"path": f"/x/{use_id}"},
+    }
 
 
 def assistant(text: str, *calls: dict[str, Any]) -> Message:

@@ -293,7 +293,9 @@ async def test_function_internals_stay_in_the_graph(client: CompactdClient) -> N
 
 async def test_render_with_and_without_cascade(client: CompactdClient) -> None:
     # the target at the threshold: a clear that gets under it is all the cascade does here
-    sid = await new_session(client, "m-cascade", tool_turns("r", 8, 2000), HEADROOM_OFF)
+    # the five newest kept whatever they cost (their share of the limit is another test's)
+    keep_five = {**HEADROOM_OFF, "microcompactKeepRecentShare": 1.0}
+    sid = await new_session(client, "m-cascade", tool_turns("r", 8, 2000), keep_five)
     full = (await client.measure(sid)).total
     window = {"window": full + 600, "max_output_tokens": 500}  # over the 90 % threshold
     plain = await client.render(sid, **window)
@@ -353,7 +355,8 @@ async def test_a_dry_run_previews_the_cascade_and_writes_nothing(
     previews = [await client.render(sid, cascade=True, dry_run=True, **window) for _ in "ab"]
     preview = previews[0]
     applied = [e.tier for e in preview.events if e.applied]
-    assert applied[0] == "reactive" and "summary" in applied, preview.events
+    # Tier 5 first, then the tiers it leaves over the threshold for
+    assert applied[0] == "reactive" and len(applied) > 1, preview.events
     assert all(e.record_ids == [] for e in preview.events)
     assert preview.tokens.total < full // 2 - 500
     check_anthropic_pairing(preview.request)

@@ -143,6 +143,7 @@ async def test_a_result_cleared_by_tier_1_comes_back(client: CompactdClient) -> 
     placeholder, which compactd does not render)."""
     sid = "r-clear"
     config = {"cascadeTarget": 0.85, "recall": True, "microcompactMode": "time"}
+    config["microcompactKeepRecentShare"] = 1.0  # the five newest kept, whatever they cost
     await client.open_session(sid, config=config)
     await client.append(sid, tool_turns("cl", 8, 2000))
     full = (await client.measure(sid)).total

@@ -45,8 +45,11 @@ async def test_a_prepared_checkpoint_is_not_reused_for_another_model_or_budget(
     daemon: CompactdClient, fake: FakeAnthropic
 ) -> None:
     # prepared as soon as idle (the 200K limit is far from full)
-    sid = await open_session(daemon, {"prepareIdleSeconds": 0.3, "prepareOccupancy": 0.01})
-    await daemon.append(sid, sixteen("pm"))
+    # (that range is worth a call at 200K only with the bar this low)
+    config = {"prepareIdleSeconds": 0.3, "prepareOccupancy": 0.01, "summaryMinGain": 0.001}
+    sid = await open_session(daemon, config)
+    # turns enough that their summary is shorter than they are, even a 200K window's 5K one
+    await daemon.append(sid, [m for k in range(12) for m in turn(f"pm{k}")])
     fake.push(Reply.answer("PREPARED for sonnet at 200K"))
     await daemon.render(sid, model="claude-sonnet-4-5")  # the params the preparation uses
     await wait_until(lambda: len(fake.messages_requests()) == 1, timeout=10)

@@ -46,7 +46,8 @@ from tests.summary.helpers import (
 from tests.summary.test_prepare import IDLE, prepared_session
 from tests.support.fake_anthropic import DEFAULT_ANSWER, FakeAnthropic, Reply
 
-EVIDENCE = {"evidenceEnabled": True}
+# tool evidence as its own stage (it rides in the checkpoint's call when the range fits one)
+EVIDENCE = {"evidenceEnabled": True, "evidenceFold": False}
 PNG = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgoAAAANSUhEUg=="}
 
 
@@ -120,6 +121,34 @@ async def test_long_tool_results_become_evidence_with_their_ids_and_error_flags(
         assert "line 0100" in got["node"]["result"]
         assert got["node"]["isError"] == rec["data"]["isError"]
     await agree(daemon, sid)
+
+
+async def test_evidence_rides_in_the_checkpoints_call_when_the_range_fits_one(
+    daemon: CompactdClient, fake: FakeAnthropic
+) -> None:
+    """The same long results, a range that fits one summarizer call: one call, the checkpoint
+    reading each result as the tool returned it (not what Budget Reduction left of it), and
+    no evidence records. Past one call, the stage runs first, as above."""
+    sid = await open_session(daemon, {"evidenceEnabled": True})
+    await daemon.append(sid, [*turn("fo0"), *failing_turn("fo1"), *turn("fo2"), *turn("fo3")])
+    fake.push(Reply.answer("CHECKPOINT from the results whole"))
+    result = await daemon.compact(sid, window=WINDOW)
+    assert result.applied and result.covered_turns == 2
+    (checkpoint_prompt,) = prompts(fake)
+    assert "fo0 line 0100" in checkpoint_prompt  # past the 4,000 characters a render keeps
+    assert "fo1 FAILED line" in checkpoint_prompt
+    assert "[tool evidence]" not in checkpoint_prompt
+    assert await records(daemon, sid, "evidence") == []
+    (summary,) = await records(daemon, sid, "summary")
+    assert summary["data"]["usage"]["evidenceCalls"] == 0
+    await agree(daemon, sid)
+
+    sid = await open_session(daemon, {"evidenceEnabled": True, "summaryInputMaxTokens": 2000})
+    await daemon.append(sid, [*turn("fx0"), *failing_turn("fx1"), *turn("fx2"), *turn("fx3")])
+    fake.push(Reply.answer("toolu_fx0: module fx0 read"))
+    assert (await daemon.compact(sid, window=WINDOW)).applied
+    assert '<result id="toolu_fx0" tool="Read"' in prompts(fake)[1]  # the stage ran first
+    assert await records(daemon, sid, "evidence")
 
 
 async def test_a_result_the_evidence_skipped_reaches_the_checkpoint_raw(
@@ -420,7 +449,8 @@ def test_the_time_bound_covers_every_call_of_a_summary(store: FileStore) -> None
 
 def test_a_range_is_prepared_at_most_once_even_when_it_failed(store: FileStore) -> None:
     engine = Engine(store, summary_provider="digest")
-    sid = open_engine_session(engine, {"prepareOccupancy": 0.1, "evidenceEnabled": False})
+    config = {"prepareOccupancy": 0.1, "evidenceEnabled": False, "summaryMinGain": 0.001}
+    sid = open_engine_session(engine, config)
     engine.append(sid, messages=sixteen("once"))
     failing = Recorder(lambda need: SummaryFailure("overloaded", "busy"))
     steps = engine.prepare(sid, params())
