@@ -82,6 +82,8 @@ def _automatic(run: Run) -> Steps[None]:
             snip.apply(run)
     if microcompact.last_resort_due(run):
         microcompact.last_resort(run)
+    if microcompact.newest_inputs_due(run):
+        microcompact.shorten_newest_inputs(run)
     if microcompact.headroom_only(run):  # a forced clear that nothing else needed
         microcompact.keep_if_paid(run)
 

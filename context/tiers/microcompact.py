@@ -112,7 +112,9 @@ def candidates(
                 ):
                     compactable.append(c)
     stale = _superseded(graph, compactable, proj, policy) if superseded_too else {}
-    keep = kept_recent([c for c in compactable if c not in stale], policy, sizes, budget)
+    keep = kept_recent(
+        [c for c in compactable if c not in stale], policy, sizes, budget, newest_step(graph, path)
+    )
     clearable = [
         c
         for c in compactable
@@ -167,26 +169,39 @@ def kept_recent(
     policy: Policy,
     sizes: Mapping[str, int] | None = None,
     budget: int | None = None,
+    unseen: frozenset[str] = frozenset(),
 ) -> set[str]:
     """The newest calls a pass keeps whole: `microcompactKeepRecent` (5) of them — fewer when
     they do not fit `budget` tokens (`microcompactKeepRecentShare` of the limit: at a small
     window five big writes are a third of it, and a summary cannot take them either, for they
-    are the newest steps), but never fewer than one (only the last resort keeps fewer)."""
+    are the newest steps) — and always the `unseen` ones, the calls of the newest step, whose
+    results the model has not read yet (not even the last resort clears those)."""
     wanted = policy.microcompact_keep_recent
-    if not wanted:
-        return set()
-    newest = compactable[-wanted:]
+    kept = [c for c in compactable if c in unseen]
+    newest = compactable[-wanted:] if wanted else []
     if sizes is None or budget is None:
-        return set(newest)
-    kept: list[str] = []
-    used = 0
+        return set(newest) | set(kept)
+    used = sum(sizes.get(c, 0) for c in kept)
     for call in reversed(newest):
+        if call in unseen:
+            continue
         size = sizes.get(call, 0)
-        if kept and used + size > budget:
+        if used + size > budget:
             break
         kept.append(call)
         used += size
     return set(kept)
+
+
+def newest_step(graph: Graph, path: Path) -> frozenset[str]:
+    """The calls of the thread's last assistant message: the model has not read their
+    results yet (they are what the next request brings it)."""
+    nodes = graph.nodes
+    for node_id in reversed(path.ids):
+        node = nodes[node_id]
+        if node.kind == "assistant":
+            return frozenset(node.calls)
+    return frozenset()
 
 
 def larger_than_placeholder(result: Any) -> bool:
@@ -516,6 +531,54 @@ def last_resort(run: Run) -> None:
             f"more old tool results and shortened {len(cands.inputs)} inputs, keeping only the "
             f"{keep} newest",
             mode,
+        ),
+    )
+
+
+def newest_inputs_due(run: Run) -> bool:
+    """Still over the limit with every other result cleared: the newest step's own long
+    inputs (a file the model just wrote) are the last thing Tier 1 may shorten."""
+    return run.total > run.limit and bool(_newest_inputs(run))
+
+
+def _newest_inputs(run: Run) -> list[str]:
+    proj, nodes = run.rendered.projection, run.graph.nodes
+    return [
+        c
+        for c in sorted(newest_step(run.graph, run.path))
+        if nodes[c].kind == "tool"
+        and c not in proj.cleared_inputs
+        and c not in proj.cache_cleared_inputs
+        and has_long_strings(nodes[c].input, run.policy.microcompact_input_chars)
+    ]
+
+
+def shorten_newest_inputs(run: Run) -> None:
+    """Shorten the long inputs of the newest step's calls, compactd itself on either path (the
+    provider clears a call's input only with its result, and those results the model has not
+    read yet: they stay whole). Better than a request that cannot be sent: what the model
+    wrote is in its files and in the session graph."""
+    ids = _newest_inputs(run)
+    record = {
+        "kind": CLEAR,
+        "covers": ids,
+        "data": {
+            "mode": "time",
+            "trigger": "last-resort",
+            "atCalls": run.path.tool_count(run.graph.nodes),
+            "results": [],
+            "inputs": ids,
+        },
+        "thread": run.thread,
+    }
+    run.propose(
+        record,
+        TierEvent(
+            TIER,
+            f"still over the limit with every other result cleared: shortened the long inputs "
+            f"of the newest step's {len(ids)} call(s); their results, which the model has not "
+            "read yet, stay whole",
+            details={"trigger": "last-resort", "cleared": 0, "inputs": len(ids), "mode": "time"},
         ),
     )
 

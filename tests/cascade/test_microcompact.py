@@ -511,3 +511,54 @@ def test_usage_after_a_server_side_clear_agrees_with_the_provider(engine: Engine
     # the provider upwards (the safe side), not our expectation
     engine.report(sid, MODEL, {"input_tokens": sent, "output_tokens": 50}, None, [])
     assert engine.render(sid, p).total > out.rendered.total * 1.2
+
+
+def test_the_newest_steps_results_stay_whole_however_little_the_share_keeps(
+    engine: Engine,
+) -> None:
+    """The calls of the last assistant message: the model has not read their results yet, so
+    no pass clears them — not a share of the limit that keeps nothing else, not the last
+    resort. Older ones go."""
+    sid = open_session(engine, {"microcompactMode": "time", "microcompactKeepRecentShare": 0.001})
+    msgs: list[dict[str, Any]] = [user("the task: read everything")]
+    for k in range(10):
+        msgs.append(assistant(f"step {k}", tool_use(f"toolu_o{k}", "Read")))
+        msgs.append(results(tool_result(f"toolu_o{k}", filler(f"old{k}", 900))))
+    newest = [f"toolu_n{k}" for k in range(3)]  # three reads at once
+    msgs.append(assistant("three at once", *(tool_use(u, "Read") for u in newest)))
+    msgs.append(results(*(tool_result(u, filler(u, 900)) for u in newest)))
+    engine.append(sid, messages=msgs)
+    out = cascade(engine, sid, params())
+    shown = result_blocks(out.rendered.request)
+    for use_id in newest:
+        assert f"[{use_id}]" in str(shown[use_id]["content"])
+    assert shown["toolu_o9"]["content"] == CLEARED_PLACEHOLDER  # the newest but those: gone
+
+
+def test_the_newest_steps_long_inputs_go_last_of_all_and_the_request_fits(
+    engine: Engine,
+) -> None:
+    """Over the limit with every other result cleared and nothing else to take, the newest
+    step's own long input (a file the model just wrote) is shortened — on the server path too,
+    by compactd — its unread result kept whole; without that the request could not be sent."""
+    sid = open_session(engine, {"snipEnabled": False, "collapseEnabled": False})
+    msgs: list[dict[str, Any]] = [user("the task: write the module")]
+    for k in range(6):
+        msgs.append(assistant(f"step {k}", tool_use(f"toolu_o{k}", "Read")))
+        msgs.append(results(tool_result(f"toolu_o{k}", filler(f"old{k}", 300))))
+    big = filler("written", 30_000)
+    msgs.append(
+        assistant("writing it", tool_use("toolu_w", "Write", file_path="/m.py", content=big))
+    )
+    msgs.append(results(tool_result("toolu_w", "File created successfully at: /m.py")))
+    engine.append(sid, messages=msgs)
+    out = cascade(engine, sid, params())
+    assert out.rendered.total <= out.rendered.budget.limit
+    sent = out.rendered.request
+    (write,) = [b for m in sent["messages"] for b in m["content"] if b.get("id") == "toolu_w"]
+    assert len(write["input"]["content"]) < 1000 and write["input"]["file_path"] == "/m.py"
+    assert "File created successfully" in str(result_blocks(sent)["toolu_w"]["content"])
+    (event,) = [e for e in out.events if e.applied and "newest step" in e.reason]
+    assert event.tier == "microcompact"
+    node = next(n for n in engine.session(sid).graph.nodes.values() if n.tool_use_id == "toolu_w")
+    assert node.input["content"] == big  # the original is kept
