@@ -118,6 +118,16 @@ def build_input(
     last_node: str | None = None
     prior_text: str | None = None
     media: list[dict[str, Any]] = []
+
+    def describe(role: str, part: Any) -> None:
+        """One part into the input; the last assistant text said so far follows it."""
+        nonlocal last_assistant, last_node
+        said = _describe(
+            graph, role, part, lines, items, last_assistant, evidence, media, originals
+        )
+        if said is not last_assistant:
+            last_assistant, last_node = said, part.node
+
     starts = {t.start_id for t in rng.turns} | ({rng.partial.start_id} if rng.partial else set())
     inside = proj.summary_through[0] if proj.summary_through else None
     if proj.summary is not None and (bool(starts & proj.summary_turns) or inside in starts):
@@ -160,19 +170,7 @@ def build_input(
             if msg.kind != "turn":
                 continue
             for part in msg.parts:
-                said = _describe(
-                    graph,
-                    msg.role,
-                    part,
-                    lines,
-                    items,
-                    last_assistant,
-                    evidence,
-                    media,
-                    originals,
-                )
-                if said is not last_assistant:
-                    last_assistant, last_node = said, part.node
+                describe(msg.role, part)
     if rng.partial is not None and rng.through is not None:
         # the turn's request stays verbatim in the request: here it is context for the work on
         # it so far (what the summary replaces), not one of the requests the summary quotes
@@ -185,19 +183,7 @@ def build_input(
             for part in msg.parts:
                 at = thread_index(graph, part.node, path) if part.node else None
                 if at is not None and rng.partial.start < at <= rng.through:
-                    said = _describe(
-                        graph,
-                        msg.role,
-                        part,
-                        lines,
-                        items,
-                        last_assistant,
-                        evidence,
-                        media,
-                        originals,
-                    )
-                    if said is not last_assistant:
-                        last_assistant, last_node = said, part.node
+                    describe(msg.role, part)
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
     pieces = [(i > 0, p) for line in lines for i, p in enumerate(_split_line(line, counter))]
     return SummaryInput(
