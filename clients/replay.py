@@ -225,7 +225,7 @@ def print_report(
         scope = "main thread" if anchors is main else "all threads"
         console.print(anchors_table(anchors, f"beside the anchor policies ({scope})"))
     mine = report["totals"]["compactd"]
-    if mine.get("prepared"):
+    if report.get("provider") and "prepared" in mine:  # said even when it is none
         console.print(
             f"background preparation: {mine['prepared']} checkpoint(s) prepared, "
             f"{mine['preparedUnused']} never used"
