@@ -103,7 +103,7 @@ class Policy:
     cascade_threshold: float = 0.90
     # once over the threshold, the tiers free down to this fraction, so the next compaction
     # is many requests away (headroom, no thrash)
-    cascade_target: float = 0.60
+    cascade_target: float = 0.50
     # Tier 1 — Microcompact
     microcompact_first_at: int = 50
     microcompact_every: int = 25
@@ -160,6 +160,12 @@ class Policy:
     # an automatic summary is asked for only when its range frees at least this share of
     # the limit (by the marker's upper bound), unless the request is over its limit
     summary_min_gain: float = 0.05
+    # when the LLM tiers (collapse, the rolling summary) run in an automatic cascade:
+    # "threshold" — only while the cheaper ones leave the request over its threshold;
+    # "pressed" — once over the threshold, while the request is over its target (headroom);
+    # "auto" — "threshold" where the provider holds the cache explicitly (Tier 1's server
+    # path: the Anthropic format in "cache" mode), "pressed" elsewhere (see docs/decisions.md)
+    summary_when: str = "auto"
     summary_last_assistant_chars: int = SUMMARY_LAST_ASSISTANT_CHARS
     # the spec's checkpoint is 2,000–5,000 tokens: the summary may use at least this many
     # (a small window lowers it to a fifth of its limit)
@@ -237,6 +243,7 @@ _AT_LEAST_ONE = frozenset(
 _CHOICES: dict[str, tuple[str, ...]] = {
     "summary_provider": ("", "anthropic", "client", "digest"),
     "microcompact_warm": ("economic", "defer", "apply"),
+    "summary_when": ("auto", "threshold", "pressed"),
     "microcompact_mode": ("time", "cache"),
 }
 

@@ -28,14 +28,17 @@ class ProxyFront:
         the other notifications are for clients that listen, and these do not."""
         if method != methods.NOTIFY_COMPACTED:
             return
+        # the wire's dict (the App unstructures and scrubs what it sends to every front)
         fields = attrs.asdict(params) if attrs.has(type(params)) else dict(params)
+        before = fields.get("tokensBefore", fields.get("tokens_before"))
+        after = fields.get("tokensAfter", fields.get("tokens_after"))
         log.info(
             "session %s: %s %s (%s → %s tokens): %s",
-            fields.get("session_id"),
+            fields.get("sessionId", fields.get("session_id")),
             fields.get("tier"),
             "applied" if fields.get("applied") else "not applied",
-            fields.get("tokens_before"),
-            fields.get("tokens_after"),
+            f"{before:,}" if isinstance(before, int) else before,
+            f"{after:,}" if isinstance(after, int) else after,
             fields.get("reason"),
         )
 

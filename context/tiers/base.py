@@ -261,3 +261,16 @@ class Run:
 def _server_side(record: Record) -> bool:
     """A clear the provider makes (Tier 1's server path): it changes nothing that is sent."""
     return record.kind == CLEAR and record.data.get("mode") == "cache"
+
+
+def llm_bar(run: Run) -> int:
+    """Over this, after the cheaper tiers, the LLM tiers run (`summaryWhen`): the threshold
+    where the provider holds the cache explicitly — a summary there buys headroom the cache
+    already makes cheap (0.1× a cached token), at the price of a call and a rewrite — and the
+    target elsewhere, where a cache hit is the provider's best effort and every token of a
+    request near its threshold is likelier paid in full."""
+    when = run.policy.summary_when
+    if when == "auto":
+        server = run.policy.microcompact_mode == "cache" and run.spec.format == "anthropic"
+        when = "threshold" if server else "pressed"
+    return run.threshold if when == "threshold" else run.target

@@ -18,7 +18,7 @@ from ..summarizer.input import Range
 from ..summarizer.instructions import collapse_system
 from ..summarizer.types import Steps, SummaryFailure
 from ..turns import Turn, turn_node_ids
-from .base import Run, TierEvent
+from .base import Run, TierEvent, llm_bar
 from .snip import removable_turns
 
 TIER = "collapse"
@@ -46,9 +46,9 @@ def available(run: Run) -> bool:
 
 
 def due(run: Run) -> bool:
-    """Still over the threshold after the cheaper tiers, as the rolling summary (spec §5:
-    a tier advances only while the request is over it), with collapse on and a provider."""
-    return available(run) and run.total > run.threshold
+    """Over the LLM tiers' bar after the cheaper tiers, as the rolling summary
+    (`summaryWhen`), with collapse on and a provider to ask."""
+    return available(run) and run.total > llm_bar(run)
 
 
 def apply(run: Run) -> Steps[None]:

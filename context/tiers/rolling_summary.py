@@ -51,7 +51,7 @@ from ..summarizer.instructions import checkpoint_system
 from ..summarizer.types import Steps, SummaryFailure, SummaryNeeded
 from ..tokens import MESSAGE_OVERHEAD
 from ..turns import Turn, has_running, is_complete, plan_cuts, turn_node_ids, turns_of
-from .base import Run, TierEvent
+from .base import Run, TierEvent, llm_bar
 
 TIER = "summary"
 
@@ -531,12 +531,11 @@ def _exchange(graph: Graph, path: Path, turn: Turn) -> bool:
 
 
 def due(run: Run) -> bool:
-    """Still over the threshold after the cheaper tiers (spec §5: a tier advances only while
-    the request is over it). A summary costs a call — its input, its output at 5× — and a
-    cache rewrite: it is not asked for when Tier 1 and Snip got the request under the
-    threshold, only to win headroom; once it runs it aims at the target (`/compact` jumps
-    straight to `apply`)."""
-    return run.total > run.threshold
+    """Still over the LLM tiers' bar after the cheaper tiers (`summaryWhen`: the threshold where
+    the provider holds the cache, spec §5's "advance only while over"; the target elsewhere). A
+    summary costs a call — its input, its output at 5× — and a cache rewrite; once it runs it
+    aims at the target (`/compact` jumps straight to `apply`)."""
+    return run.total > llm_bar(run)
 
 
 def prepare_due(run: Run) -> bool:

@@ -31,10 +31,10 @@ from tests.support.invariants import (
 )
 from tests.support.logs import log_bytes  # noqa: F401 (re-exported)
 
-WINDOW = 32_000  # output reserve 8,000 -> limit 24,000, cascade threshold 21,600, target 14,400
+WINDOW = 32_000  # output reserve 8,000 -> limit 24,000, cascade threshold 21,600, target 12,000
 LIMIT = 24_000
 THRESHOLD = 21_600
-TARGET = 14_400
+TARGET = 12_000
 MODEL = "test-model"  # no family prior: the scenarios are sized in estimated tokens
 CONTEXT_KINDS = ("summary", "collapse", "snip", "clear", "reactive")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -177,9 +178,11 @@ def test_through_the_proxy_the_client_s_edits_are_kept_and_tier_1_s_merged(
 def test_compactd_s_summaries_go_to_the_upstream_with_the_client_s_key(
     runs: dict[str, Any],
 ) -> None:
-    seen = runs["proxy"]["first_seen"]
-    assert seen["compactd_summaries"] >= 1
-    assert seen["summary_keys"] == {API_KEY}
+    # over both runs: on Anthropic a summary runs only when Tier 1 cannot get the request
+    # under its threshold, which may be in either
+    seen = [runs["proxy"][f"{run}_seen"] for run in ("first", "resumed")]
+    assert sum(s["compactd_summaries"] for s in seen) >= 1
+    assert set().union(*(s["summary_keys"] for s in seen)) == {API_KEY}
 
 
 @pytest.mark.parametrize("run", ["first", "resumed"])
@@ -202,4 +205,8 @@ def test_the_session_is_compactd_s_and_the_key_is_never_written(runs: dict[str, 
         if path.is_file():
             assert API_KEY.encode() not in path.read_bytes(), path
     assert API_KEY not in proxy["log"]
-    assert "compacted" in proxy["log"] or "applied" in proxy["log"]  # changes are never silent
+    # changes are never silent: each names its session and what it took the request from and to
+    assert re.search(
+        rf"session {re.escape(session_id)}: microcompact applied \([\d,]+ → [\d,]+ tokens\)",
+        proxy["log"],
+    ), proxy["log"]

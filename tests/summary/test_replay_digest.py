@@ -24,8 +24,8 @@ def test_digest_replay_fits_and_never_loops(path: Path, window: int) -> None:
     assert len(per_step) == report.steps + report.functions.steps
     assert max(per_step) <= 1  # no step summarizes twice
     # headroom, no thrash: a summary frees down to the target, so the next one on the same
-    # thread waits for new content. At 32K the headroom (threshold 0.90 less target 0.60 of a
-    # 24K limit: 7,200 tokens) is two of this transcript's larger tool results, so two requests
+    # thread waits for new content. At 32K the headroom (threshold 0.90 less target 0.50 of a
+    # 24K limit: 9,600 tokens) is two of this transcript's larger tool results, so two requests
     # apart is what the window allows; never on consecutive requests.
     steps = [i for i, n in enumerate(report.summaries_per_step) if n]
     assert all(b - a >= (2 if window < 48_000 else 3) for a, b in itertools.pairwise(steps))
