@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.agent_runs import both_ways
 from tests.support.fake_anthropic import (
     FakeAnthropicProcess,
     compute_applied_edits,
@@ -104,44 +105,16 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         pytest.fail(f"{CLAUDE} is missing: `make agents` installs the pinned CLIs")
     base = tmp_path_factory.mktemp("claude")
     script = {"default": {"kind": "agent", "steps": STEPS, "lines": LINES}}
-    out: dict[str, Any] = {}
     with FakeAnthropicProcess(script={**script, "context_window": WINDOW}) as fake:
-        for way in ("direct", "proxy"):
-            home, work = base / way / "home", base / way / "work"
-            home.mkdir(parents=True)
-            work.mkdir(parents=True)
-            proxy = None
-            url = fake.base_url
-            if way == "proxy":
-                proxy = ProxyProcess(base / "data", anthropic=fake.base_url, window=WINDOW)
-                url = proxy.start().base_url
-            try:
-                fake.reset()
-                first = run_claude(url, home, work, "list the outputs")
-                first_seen = tally(fake.requests())
-                fake.reset()
-                resumed = run_claude(
-                    url, home, work, "--resume", first["session_id"], "list them again"
-                )
-                resumed_seen = tally(fake.requests())
-            finally:
-                if proxy is not None:
-                    proxy.stop()
-            out[way] = {
-                "first": first,
-                "first_seen": first_seen,
-                "resumed": resumed,
-                "resumed_seen": resumed_seen,
-                "log": proxy.log if proxy else "",
-                "returncode": proxy.returncode if proxy else 0,
-                "data": base / "data",
-            }
-    for way in ("direct", "proxy"):  # the figures the README quotes (`pytest -s`)
-        for run in ("first", "resumed"):
-            seen = out[way][f"{run}_seen"]
-            keys = ("requests", "rejected", "largest", "input_tokens")
-            print(f"{CLAUDE.name} {way} {run}:", {k: seen[k] for k in keys if k in seen})
-    return out
+        return both_ways(
+            base,
+            fake,
+            lambda data, url: ProxyProcess(data, anthropic=url, window=WINDOW),
+            run_claude,
+            lambda first: ("--resume", first["session_id"]),
+            tally,
+            CLAUDE.name,
+        )
 
 
 def test_straight_to_the_upstream_the_session_overflows_or_claude_code_compacts_it(

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.agent_runs import both_ways
 from tests.support.fake_openai import FakeOpenAIProcess, responses_prompt
 from tests.support.proxy import ProxyProcess
 from tests.support.scripted_agent import AGENT_SUMMARY_MARKERS
@@ -114,42 +115,16 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         pytest.fail(f"{CODEX} is missing: `make agents` installs the pinned CLIs")
     base = tmp_path_factory.mktemp("codex")
     script = {"default": {"kind": "agent", "steps": STEPS, "lines": LINES}}
-    out: dict[str, Any] = {}
     with FakeOpenAIProcess(script={**script, "context_window": WINDOW}) as fake:
-        for way in ("direct", "proxy"):
-            home, work = base / way / "home", base / way / "work"
-            home.mkdir(parents=True)
-            work.mkdir(parents=True)
-            proxy = None
-            url = fake.base_url
-            if way == "proxy":
-                proxy = ProxyProcess(base / "data", openai=fake.base_url, window=WINDOW)
-                url = proxy.start().base_url
-            try:
-                fake.reset()
-                first = run_codex(url, home, work, "list the outputs")
-                first_seen = tally(fake.requests())
-                fake.reset()
-                resumed = run_codex(url, home, work, "resume", first["thread"], "list them again")
-                resumed_seen = tally(fake.requests())
-            finally:
-                if proxy is not None:
-                    proxy.stop()
-            out[way] = {
-                "first": first,
-                "first_seen": first_seen,
-                "resumed": resumed,
-                "resumed_seen": resumed_seen,
-                "log": proxy.log if proxy else "",
-                "returncode": proxy.returncode if proxy else 0,
-                "data": base / "data",
-            }
-    for way in ("direct", "proxy"):  # the figures the README quotes (`pytest -s`)
-        for run in ("first", "resumed"):
-            seen = out[way][f"{run}_seen"]
-            keys = ("requests", "rejected", "largest", "input_tokens")
-            print(f"{CODEX.name} {way} {run}:", {k: seen[k] for k in keys if k in seen})
-    return out
+        return both_ways(
+            base,
+            fake,
+            lambda data, url: ProxyProcess(data, openai=url, window=WINDOW),
+            run_codex,
+            lambda first: ("resume", first["thread"]),
+            tally,
+            CODEX.name,
+        )
 
 
 def test_straight_to_the_upstream_codex_compacts_the_session_itself(

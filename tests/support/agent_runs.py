@@ -1,0 +1,58 @@
+"""One scripted session run by a real agent CLI twice — straight to the loopback upstream and
+through `compactd proxy` — each then resumed: what the agent tests compare."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tests.support.proxy import ProxyProcess
+
+Agent = Callable[..., dict[str, Any]]  # (base_url, home, workdir, *args) -> its result
+
+
+def both_ways(
+    base: Path,
+    fake: Any,
+    proxy: Callable[[Path, str], ProxyProcess],
+    agent: Agent,
+    resume: Callable[[dict[str, Any]], Sequence[str]],
+    tally: Callable[[list[dict[str, Any]]], dict[str, Any]],
+    name: str,
+) -> dict[str, Any]:
+    """Per way ("direct", "proxy"): the first run and its resumption, with what the upstream
+    saw of each (`tally`), and the proxy's log, exit code and data dir. `proxy(data_dir,
+    upstream_url)` makes the proxy; `resume(first)` the arguments that resume the first run."""
+    out: dict[str, Any] = {}
+    for way in ("direct", "proxy"):
+        home, work = base / way / "home", base / way / "work"
+        home.mkdir(parents=True)
+        work.mkdir(parents=True)
+        front = proxy(base / "data", fake.base_url) if way == "proxy" else None
+        url = front.start().base_url if front is not None else fake.base_url
+        try:
+            fake.reset()
+            first = agent(url, home, work, "list the outputs")
+            first_seen = tally(fake.requests())
+            fake.reset()
+            resumed = agent(url, home, work, *resume(first), "list them again")
+            resumed_seen = tally(fake.requests())
+        finally:
+            if front is not None:
+                front.stop()
+        out[way] = {
+            "first": first,
+            "first_seen": first_seen,
+            "resumed": resumed,
+            "resumed_seen": resumed_seen,
+            "log": front.log if front else "",
+            "returncode": front.returncode if front else 0,
+            "data": base / "data",
+        }
+    for way in ("direct", "proxy"):  # the figures the README quotes (`pytest -s`)
+        for run in ("first", "resumed"):
+            seen = out[way][f"{run}_seen"]
+            keys = ("requests", "rejected", "largest", "input_tokens")
+            print(f"{name} {way} {run}:", {k: seen[k] for k in keys if k in seen})
+    return out
