@@ -108,7 +108,8 @@ class Policy:
     microcompact_first_at: int = 50
     microcompact_every: int = 25
     microcompact_keep_recent: int = 5
-    # …fewer when those do not fit this share of the limit (never fewer than `…_keep_last`)
+    # …fewer when those do not fit this share of the limit; the newest step's calls (whose
+    # results the model has not read) are kept in every pass whatever they cost
     microcompact_keep_recent_share: float = 0.10
     microcompact_keep_last: int = 0  # the last resort before "cannot fit" keeps only these
     idle_seconds: float = 90 * 60.0
@@ -130,7 +131,8 @@ class Policy:
     # also shorten the long arguments of those old calls (a written file's content, …)
     microcompact_clear_inputs: bool = True
     # results a newer one made stale (a file read again or edited since, a command run again)
-    # go on every pass, the newest kept calls' included, with a placeholder that says why
+    # go first, the newest kept calls' included, with a placeholder that says why: on every
+    # pass of the time path, and on the server path when the window forces a change
     microcompact_clear_superseded: bool = True
     microcompact_input_chars: int = 200
     compactable_tools: tuple[str, ...] = tuple(
