@@ -107,9 +107,14 @@ class Run:
         evidence: Mapping[str, str] | None = None,
         originals: Mapping[str, str] | None = None,
     ) -> SummaryInput:
-        """The summarizer's input for `rng`, as this run's current render shows it."""
+        """The summarizer's input for `rng`, as this run's current render shows it (the plain
+        one memoized: a range's key and its checkpoint both read it)."""
+        plain = not evidence and not originals
+        key = ("summary_input", tuple(rng.covers), rng.through)
+        if plain and key in self.memo:
+            return self.memo[key]
         rendered = self.rendered
-        return build_input(
+        built = build_input(
             self.graph,
             self.path,
             rendered.projection,
@@ -119,6 +124,9 @@ class Run:
             evidence,
             originals,
         )
+        if plain:
+            self.memo[key] = built
+        return built
 
     def render(self, extra: list[Record] | None = None) -> Rendered:
         """The request with this run's drafts (and `extra` ones a tier is only trying): a walk
@@ -263,6 +271,12 @@ def _server_side(record: Record) -> bool:
     return record.kind == CLEAR and record.data.get("mode") == "cache"
 
 
+def server_path(policy: Policy, spec: RequestSpec) -> bool:
+    """Tier 1 clears server-side: the Anthropic format in `microcompactMode: "cache"` — the
+    provider holds the cache explicitly, and the messages sent never change."""
+    return policy.microcompact_mode == "cache" and spec.format == "anthropic"
+
+
 def llm_bar(run: Run) -> int:
     """Over this, after the cheaper tiers, the LLM tiers run (`summaryWhen`): the threshold
     where the provider holds the cache explicitly — a summary there buys headroom the cache
@@ -271,6 +285,5 @@ def llm_bar(run: Run) -> int:
     request near its threshold is likelier paid in full."""
     when = run.policy.summary_when
     if when == "auto":
-        server = run.policy.microcompact_mode == "cache" and run.spec.format == "anthropic"
-        when = "threshold" if server else "pressed"
+        when = "threshold" if server_path(run.policy, run.spec) else "pressed"
     return run.threshold if when == "threshold" else run.target

@@ -39,7 +39,7 @@ from ..projection import CLEAR, Projection, visible_bounds
 from ..render.conversation import TOOL_CALLS, TOOL_RESULTS
 from ..render.request import Rendered, RequestSpec, ServerEdit
 from ..superseded import Use, superseded
-from .base import Run, TierEvent
+from .base import Run, TierEvent, server_path
 
 TIER = "microcompact"
 
@@ -256,11 +256,6 @@ def clear_record(
     if c.superseded:
         data["superseded"] = dict(c.superseded)
     return {"kind": CLEAR, "covers": covers, "data": data, "thread": thread}
-
-
-def server_path(policy: Policy, spec: RequestSpec) -> bool:
-    """Tier 1 clears server-side: the Anthropic format in `microcompactMode: "cache"`."""
-    return policy.microcompact_mode == "cache" and spec.format == "anthropic"
 
 
 @attrs.frozen

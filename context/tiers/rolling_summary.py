@@ -313,7 +313,7 @@ def write_checkpoint(
         inp = run.summary_input(rng, originals={src.node: source_text(src) for src in sources})
         sources = []
     evidence = (yield from condense(run, sources, limits)) if sources else []
-    if evidence:
+    if evidence:  # (the input without it was what the fold was weighed on)
         inp = run.summary_input(rng, {src.node: line for src, line in evidence})
     text, usage = yield from generate(
         inp,
@@ -438,6 +438,15 @@ class Predicted:
         self.costs = Costs.of(run)
         self.marker = MarkerBound(run)
 
+    @classmethod
+    def of(cls, run: Run) -> Predicted:
+        """The run's, on its current render (choosing a range and weighing its call walk the
+        request once between them)."""
+        found = run.memo.get((TIER, "predicted"))
+        if found is None:
+            found = run.memo[(TIER, "predicted")] = cls(run)
+        return found
+
     def __call__(self, rng: Range | None) -> int:
         if rng is None:
             return self.run.total
@@ -449,7 +458,7 @@ def worth_a_call(run: Run, rng: Range) -> tuple[bool, int]:
     (by the marker's bound): never when the bound says the request would not shrink, and —
     while the request fits its limit — only for `summaryMinGain` of the limit or more (a call
     and a cache rewrite for a thousand tokens is the next compaction two requests away)."""
-    freed = run.total - Predicted(run)(rng)
+    freed = run.total - Predicted.of(run)(rng)
     if freed <= 0:
         return False, freed
     if run.total <= run.limit and freed < run.policy.summary_min_gain * run.limit:
@@ -468,7 +477,7 @@ def choose_range(run: Run) -> Range | None:
     the headroom target. A cut in an active turn that leaves no complete exchange behind it to
     keep may aim at the target. With nothing to summarize, short history is left alone."""
     policy, proj, graph, path = run.policy, run.rendered.projection, run.graph, run.path
-    after = Predicted(run)
+    after = Predicted.of(run)
 
     best = select_replaceable_range(graph, path, proj, policy.summary_keep_turns)
     if after(best) > run.target:

@@ -425,3 +425,36 @@ def test_a_summary_that_would_free_too_little_is_not_asked_for(engine: Engine) -
     recorder = Recorder()
     events_of(engine, sid, recorder)
     assert len(recorder.needs) == 1 and records(engine, sid, "summary")
+
+
+@pytest.mark.parametrize(
+    ("config", "summarized"),
+    [
+        ({}, False),  # Anthropic, Tier 1 server-side: the provider holds the cache
+        ({"microcompactMode": "time"}, True),  # compactd's own placeholders: headroom
+        ({"summaryWhen": "pressed"}, True),
+        ({"microcompactMode": "time", "summaryWhen": "threshold"}, False),
+    ],
+)
+def test_the_llm_tiers_bar_follows_the_providers_cache(
+    engine: Engine, config: dict[str, Any], summarized: bool
+) -> None:
+    """Tier 1 gets the request under its threshold but not under its target. Where the provider
+    holds the cache (`summaryWhen: auto` on Tier 1's server path) that is where the cascade
+    stops — a summary would buy headroom the cache already makes cheap; elsewhere the summary
+    frees down to the target."""
+    sid = open_session(
+        engine,
+        {"summaryProvider": "digest", "snipEnabled": False, "collapseEnabled": False, **config},
+    )
+    for t in range(4):
+        engine.append(sid, messages=explained_turn(f"t{t}", f"ask {t}", 700, 8))
+    engine.append(sid, messages=[user("now: finish")])
+    recorder = Recorder()
+    out = cascade(engine, sid, params(), answer=recorder)
+    applied = [e for e in out.events if e.applied]
+    assert applied[0].tier == "microcompact"
+    assert TARGET < applied[0].tokens_after <= THRESHOLD
+    assert ("summary" in [e.tier for e in applied]) is summarized
+    assert bool(recorder.needs) is summarized
+    assert out.rendered.total <= (TARGET if summarized else THRESHOLD)
