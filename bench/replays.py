@@ -59,7 +59,21 @@ def replay_one(path: Path, window: int, config: dict[str, Any]) -> dict[str, Any
         options = ReplayOptions(window=window, config={"recall": True, **config}, **SETTINGS)
         report = drive(replay(engine, imported, options), digest_answer)
     out = report.to_json()
-    out.pop("steps")
+    # each step in brief: enough to see where the cost went
+    out["steps"] = [
+        {
+            "index": s["index"],
+            "thread": s["thread"],
+            "tokens": s["tokens"],
+            "tiers": s["tiers"],
+            "cost": s["cost"],
+            "llmCost": s["llmCost"],
+            "rewrite": s["rewrite"],
+            "cacheRead": s["cacheRead"],
+            "anchorTokens": s["anchorTokens"],
+        }
+        for s in out["steps"]
+    ]
     return out
 
 
