@@ -49,28 +49,17 @@ RECALL_TOOL: dict[str, Any] = {
     "description": (
         "Read back content compactd left out of this conversation to fit the context window. "
         "Every note that says content was cut, cleared or removed names a handle (it starts "
-        "with `recall:`). Pass it as `handle`. To find something in it, pass `search`: the "
-        "lines that contain that text come back with their line numbers and a line of context "
-        "either side (`regex: true` makes it an RE2 regular expression; `context` sets the "
-        "lines around, 0–5). Without `search`, `startLine`/`endLine` (1-based, inclusive) "
-        "pick lines to read; with it, they bound the lines searched. A long answer is cut to "
-        "a page and says where to continue. A tool result cleared without a handle: pass its "
-        "tool_use id as the handle (its input: the id followed by `.input`)."
+        "with `recall:`): pass it as `handle`. `search` returns only the lines containing "
+        "that text, numbered (`regex`: RE2); `startLine`/`endLine` (1-based) pick the lines "
+        "read or searched. A tool result cleared without a handle: pass its tool_use id "
+        "(its input: the id followed by `.input`)."
     ),
     "input_schema": {
         "type": "object",
         "properties": {
             "handle": {"type": "string", "description": "The handle, as the note names it"},
-            "search": {
-                "type": "string",
-                "maxLength": SEARCH_MAX_CHARS,
-                "description": "Return only the lines that contain this (plain text)",
-            },
-            "regex": {
-                "type": "boolean",
-                "description": "`search` is an RE2 regular expression (no backreferences or "
-                "lookaround)",
-            },
+            "search": {"type": "string"},
+            "regex": {"type": "boolean"},
             "context": {"type": "integer", "minimum": 0, "maximum": SEARCH_CONTEXT_MAX},
             "startLine": {"type": "integer", "minimum": 1},
             "endLine": {"type": "integer", "minimum": 1},
