@@ -28,15 +28,9 @@ from compactd.context.replay.fidelity import pages_to
 from compactd.context.stores.files import FileStore
 
 from tests.engine.helpers import log_bytes, params
-from tests.engine.test_recall import session_with_a_big_read
+from tests.engine.test_recall import DATA, session_with_a_big_read
 
-BUNDLED = (
-    Path(__file__).resolve().parents[1]
-    / "data"
-    / "transcripts"
-    / "claude-code"
-    / "64da7265-8f07-4967-b79f-0ae374c13330.jsonl"
-)
+BUNDLED = DATA / "claude-code" / "64da7265-8f07-4967-b79f-0ae374c13330.jsonl"
 GREP_LINE = re.compile(r"^(\d+)([:-])(.*)$")
 
 
