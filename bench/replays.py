@@ -10,7 +10,9 @@ beside each anchor policy (`compactd replay`'s figures, economy.md's instrument)
 work, and minutes of it. `table` prints the Markdown table docs/decisions.md keeps — per
 session and window, compactd's cost against the cheapest anchor that serves the window, the
 requests over the window, "cannot fit", LLM calls and cache rewrites per 100 requests, and
-fidelity — with `--before`, each figure as before → after.
+fidelity — with `--before`, each figure as before → after. Each anchor's cost is there too (the
+cheapest marked *, server-side "n/a" under its 50K minimum); beside compactd's calls,
+rewrites and share in view, the cheapest anchor's in brackets.
 
 The replay's settings are economy.md's: a 20,000-token system prompt, an 8,000-token output
 reserve, a one-hour cache TTL, every cache write at 1.25×, digest summaries, recall on (as the
@@ -128,6 +130,9 @@ def row(report: dict[str, Any]) -> dict[str, Any]:
         "oneCall": mine["fidelity"]["oneCall"],
         "anchorVisible": anchor["fidelity"]["visible"],
         "all": {n: main[n]["cost"] for n in ANCHORS if main.get(n)},
+        "serves": {
+            n: v.get("servesWindow", True) for n, v in (report.get("anchors") or {}).items()
+        },
     }
 
 
@@ -135,10 +140,11 @@ def table(args: argparse.Namespace) -> int:
     after = _load(Path(args.out))
     before = _load(Path(args.before)) if args.before else {}
     print(
-        "| session | window | compactd | cheapest anchor | × | over / cannot fit | LLM calls /100 "
-        "| rewrites /100 | visible · one recall away |"
+        "| session | window | compactd | Codex-like | opencode-like | CC-like | server-side "
+        "| × the cheapest | over / cannot fit | LLM calls /100 | rewrites /100 "
+        "| visible · one recall away |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     wins = total = 0
     for (session, window), report in sorted(after.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
         now = row(report)
@@ -152,9 +158,15 @@ def table(args: argparse.Namespace) -> int:
                 return value
             return f"{format(old[key], fmt)} → {value}"
 
+        anchors = " | ".join(
+            (f"{now['all'][name] / 1e6:.3f}M" if name in now["all"] else "-")
+            + ("*" if ANCHORS[name] == now["anchor"] else "")
+            + (" n/a" if not now["serves"].get(name, True) else "")
+            for name in ANCHORS
+        )
         print(
-            f"| {session} | {window // 1000}K | {pair('cost', ',.0f')} | {now['anchor']} "
-            f"{now['anchorCost']:,.0f} | {pair('ratio', '.2f')} | {pair('over', 'd')} / "
+            f"| {session} | {window // 1000}K | {pair('cost', ',.0f')} | {anchors} "
+            f"| {pair('ratio', '.2f')} | {pair('over', 'd')} / "
             f"{pair('cannotFit', 'd')} | {pair('calls', '.1f')} ({now['anchorCalls']:.1f}) | "
             f"{pair('rewrites', '.1f')} ({now['anchorRewrites']:.1f}) | {pair('visible', '.2f')} · "
             f"{pair('oneCall', '.2f')} ({now['anchorVisible']:.2f}) |"
