@@ -123,12 +123,14 @@ def provider_failures(report: dict[str, Any]) -> dict[str, int]:
 
 
 RUNS = {"compactd": "compactd", "baseline": "no management", "recorded": "recorded run"}
+# the columns of the anchors' table, named short so six fit 80 columns (`replay -h` says what
+# each policy is)
 ANCHORS = {
     "compactd": "compactd",
-    "codex": "Codex-like",
-    "opencode": "opencode-like",
-    "claude-code": "CC-like",
-    "server": "server-side",
+    "codex": "Codex",
+    "opencode": "opencode",
+    "claude-code": "CC",
+    "server": "server",
 }
 # the rows of the totals table: each a measure, in the words `replay -h` explains
 MEASURES: tuple[tuple[str, str], ...] = (
@@ -156,9 +158,9 @@ ANCHOR_MEASURES: tuple[tuple[str, str], ...] = (
     ("rewritesPer100", "cache rewrites per 100"),
     ("peak", "largest request (tokens)"),
     ("uses", "later uses of a result"),
-    ("visible", "…in view"),
-    ("oneCall", "…one recall call away"),
-    ("further", "…further"),
+    ("visible", "  in view"),
+    ("oneCall", "  one recall call away"),
+    ("further", "  further"),
 )
 FIDELITY = ("uses", "visible", "oneCall", "further")
 EXPLAINED = """\

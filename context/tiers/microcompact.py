@@ -458,6 +458,8 @@ def headroom_only(run: Run) -> bool:
     request, each re-writing the cache, is the thrash the rule is for)."""
     if run.policy.microcompact_warm != "economic" or len(run.pending) != 1:
         return False
+    if run.forced_calibration is not None:
+        return False  # Tier 5: the provider refused the request as it was; what frees is needed
     record, _event = run.pending[0]
     return record["kind"] == CLEAR and record["data"].get("trigger") == "forced"
 
