@@ -329,20 +329,15 @@ def _camel(name: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
-def request_blocks(rendered: Rendered, counter: Any) -> list[tuple[bytes, int]]:
-    """The request as the cache sees it: (content key, tokens) per block, in prefix order
-    (tools, system, then each message's blocks; cache_control marks are not content). With
-    Tier 1's server path that is the request after the provider's clear: a clear re-writes
-    the cache from the cleared point, by the documented rule."""
-    return [(item.key, item.tokens) for item in request_items(rendered, counter)]
-
-
 def request_items(
     rendered: Rendered, counter: Any, terms: dict[bytes, frozenset[str]] | None = None
 ) -> list[Item]:
-    """`request_blocks` with each block's panel category, turn and message (what the anchor
-    policies need to know of it). `terms`: each block's terms (`fidelity.terms`) are noted
-    there by its key, summaries' as none."""
+    """The request as the cache sees it: a block per item — its content key and tokens, in
+    prefix order (tools, system, then each message's blocks; cache_control marks are not
+    content), with Tier 1's server path the request after the provider's clear (a clear
+    re-writes the cache from the cleared point, by the documented rule) — and each block's
+    panel category, turn and message (what the anchor policies need to know of it). `terms`:
+    each block's terms (`fidelity.terms`) are noted there by its key, summaries' as none."""
     request = rendered.seen_request
     out: list[Item] = []
 
