@@ -176,9 +176,13 @@ def summarize(request: SummaryRequest) -> SummaryResult:
             break
         cap = cap * 4 // 5
         text = digest_text(request.items, cap)
+    # offered a fork, the digest answers it as a model reading the cached request would: the
+    # checkpoint of the whole range (its items), in one call
+    fork = request.fork
     return SummaryResult(
         text=text,
         model="digest",
-        input_tokens=request.input_tokens_estimate,
+        input_tokens=fork.input_tokens_estimate if fork else request.input_tokens_estimate,
         output_tokens=COUNTER.text(text),
+        forked=fork is not None,
     )

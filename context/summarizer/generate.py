@@ -16,7 +16,7 @@ import attrs
 from ..policy import Policy
 from .input import MIN_CHUNK_TOKENS, SummaryInput
 from .instructions import chunk_note
-from .types import Steps, SummaryFailure, SummaryNeeded, SummaryRequest
+from .types import Fork, Steps, SummaryFailure, SummaryNeeded, SummaryRequest, SummaryResult
 
 
 @attrs.frozen
@@ -44,6 +44,11 @@ class Limits:
 RETRIED_SMALLER = ("prompt_too_long", "too_large", "truncated")
 """Failures a smaller chunk may not meet: over the provider's input, or a summary of more than
 its output limit holds."""
+FORK_RETRIED = (*RETRIED_SMALLER, "empty", "other")
+"""Failures of a fork the plain prompt may not meet: the request with the instruction over the
+window (our estimate was short), the model's thinking or a tool call instead of a summary, a
+fork the API refused as sent. A provider that is down, refuses the key or ran out of time
+fails the plain prompt as well."""
 
 
 def chunk_lines(inp: SummaryInput, budget: int, start: int = 0) -> list[tuple[int, int]]:
@@ -69,17 +74,21 @@ def generate(
     max_output: int,
     model: str | None,
     limits: Limits,
+    fork: Fork | None = None,
 ) -> Steps[tuple[str, dict[str, Any]]]:
     """Summarize `inp` in budgeted chunks folding a rolling summary; a provider overflow, or an
-    answer cut off before its end, retries with smaller chunks. Returns the text and its
-    usage; raises `SummaryFailure` (nothing is written then)."""
+    answer cut off before its end, retries with smaller chunks. With a `fork`, the first call
+    offers it: a provider that answers the fork has summarized the whole range in that one
+    call; one that answers the first chunk's prompt goes on chunk by chunk; a fork that the
+    provider could not make as it was sent (`FORK_RETRIED`) is followed by the chunks. Returns
+    the text and its usage; raises `SummaryFailure` (nothing is written then)."""
     budget = max(MIN_CHUNK_TOKENS, limits.input_tokens)
     rolling: str | None = None
     calls = 0
-    usage = {"calls": 0, "inputTokens": 0, "outputTokens": 0, "model": model}
+    usage: dict[str, Any] = {"calls": 0, "inputTokens": 0, "outputTokens": 0, "model": model}
     position = 0
     chunks = chunk_lines(inp, budget)
-    if len(chunks) > limits.calls:  # known before the first call: none is paid for in vain
+    if fork is None and len(chunks) > limits.calls:  # known before the first call
         raise SummaryFailure(
             "call_limit",
             f"the range to summarize is {inp.tokens:,} tokens: {len(chunks)} calls of up to "
@@ -88,16 +97,10 @@ def generate(
         )
     while position < len(inp.lines):
         lo, hi = next(c for c in chunks if c[0] == position)
-        if calls >= limits.calls:
+        if calls >= limits.calls + ("forkFailed" in usage):  # a failed fork is one more
             raise SummaryFailure("call_limit", f"the summary needed more than {limits.calls} calls")
         limits.check_time(f"the {purpose} summary")
-        parts_total = max(1, len(chunks))
-        body = inp.text(lo, hi)
-        prompt = body
-        if rolling is not None:
-            prompt = f"<previous_checkpoint>\n{rolling}\n</previous_checkpoint>\n\n{body}"
-        if parts_total > 1:
-            prompt = chunk_note(chunks.index((lo, hi)) + 1, parts_total) + "\n\n" + prompt
+        prompt = _chunk_prompt(inp, lo, hi, rolling, len(chunks), chunks.index((lo, hi)) + 1)
         whole = lo == 0 and hi == len(inp.lines)
         request = SummaryRequest(
             purpose=purpose,
@@ -106,15 +109,47 @@ def generate(
             max_output_tokens=max_output,
             model=model,
             input_tokens_estimate=sum(inp.line_tokens[lo:hi]),
-            items=tuple(inp.items) if whole else (),
+            # offered a fork, the digest stands in for a model reading it: the whole range
+            items=tuple(inp.items) if whole or fork is not None else (),
             input_hash=inp.digest,
             deadline=limits.deadline,
+            fork=fork,
         )
-        if not whole:
+        if not whole and fork is None:
             request = attrs.evolve(request, items=tuple(_chunk_items(inp, lo, hi, rolling)))
         answer = yield SummaryNeeded(purpose, request)
         calls += 1
         usage["calls"] = calls
+        if fork is not None:
+            fork = None  # offered once: whatever came back, the chunks go on plain
+            if isinstance(answer, SummaryFailure) and answer.forked:
+                if answer.kind not in FORK_RETRIED:
+                    raise SummaryFailure(answer.kind, f"the {purpose} summary failed: {answer}")
+                usage["forkFailed"] = answer.kind
+                if len(chunks) > limits.calls:
+                    raise SummaryFailure(
+                        "call_limit",
+                        f"the fork failed ({answer.kind}) and the range is {len(chunks)} calls "
+                        f"of up to {budget:,} tokens, more than summaryMaxCalls "
+                        f"({limits.calls}); nothing was written",
+                    )
+                continue  # the same chunk again, plain
+            if isinstance(answer, SummaryResult) and answer.forked and answer.text.strip():
+                usage.update(
+                    inputTokens=answer.input_tokens,
+                    outputTokens=answer.output_tokens,
+                    model=answer.model,
+                    forked=True,
+                    cacheReadTokens=answer.cache_read_input_tokens,
+                )
+                return answer.text.strip(), usage
+            if len(chunks) > limits.calls:  # the provider answered the plain prompt
+                raise SummaryFailure(
+                    "call_limit",
+                    f"the range to summarize is {inp.tokens:,} tokens: {len(chunks)} calls of "
+                    f"up to {budget:,} (summaryInputMaxTokens), more than summaryMaxCalls "
+                    f"({limits.calls}); nothing was written",
+                )
         if isinstance(answer, SummaryFailure):
             sent = sum(inp.line_tokens[lo:hi])
             if answer.kind in RETRIED_SMALLER and min(budget, sent) > MIN_CHUNK_TOKENS:
@@ -132,6 +167,19 @@ def generate(
         rolling = answer.text.strip()
         position = hi
     return rolling or "", usage
+
+
+def _chunk_prompt(
+    inp: SummaryInput, lo: int, hi: int, rolling: str | None, parts: int, part: int = 1
+) -> str:
+    """The prompt of lines `lo`..`hi`: the rolling summary so far before them, and — when the
+    range takes several calls — which part of how many they are."""
+    prompt = inp.text(lo, hi)
+    if rolling is not None:
+        prompt = f"<previous_checkpoint>\n{rolling}\n</previous_checkpoint>\n\n{prompt}"
+    if parts > 1:
+        prompt = chunk_note(part, parts) + "\n\n" + prompt
+    return prompt
 
 
 def _chunk_items(inp: SummaryInput, lo: int, hi: int, rolling: str | None) -> list[dict[str, Any]]:
