@@ -196,12 +196,26 @@ def merge_betas(client: str | None, ours: str | None) -> str | None:
     return ",".join(names) or None
 
 
+def request_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """A client's body but its messages: what every request of the session sends besides them
+    (model, system, tools, thinking, tool_choice, context edits…)."""
+    return {k: v for k, v in body.items() if k != "messages"}
+
+
 def upstream_body(
     request: MessagesRequest, rendered: dict[str, Any], *, max_tokens: int | None = None
 ) -> dict[str, Any]:
     """The client's body with compactd's messages, system and tools (breakpoints placed as its
     render placed them) and the merged context edits."""
-    body = dict(request.body)
+    return client_body(request.body, rendered, max_tokens=max_tokens)
+
+
+def client_body(
+    fields: dict[str, Any], rendered: dict[str, Any], *, max_tokens: int | None = None
+) -> dict[str, Any]:
+    """`fields` (a client's body, its messages aside) with compactd's rendered messages,
+    system and tools and the merged context edits: what goes upstream."""
+    body = dict(fields)
     body["messages"] = rendered["messages"]
     if "system" in rendered:
         body["system"] = rendered["system"]
@@ -210,7 +224,7 @@ def upstream_body(
     if "tools" in rendered:
         body["tools"] = rendered["tools"]
     merged = merge_context_management(
-        request.body.get("context_management"), rendered.get("context_management")
+        fields.get("context_management"), rendered.get("context_management")
     )
     if merged is not None:
         body["context_management"] = merged

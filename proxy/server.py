@@ -165,7 +165,11 @@ class Proxy:
         self.counts["requests"] += 1
         await self.reachable(self.settings.anthropic_upstream)
         placed = await self._place(
-            api.session_key(request.headers, body), req.messages, request, req.model
+            api.session_key(request.headers, body),
+            req.messages,
+            request,
+            req.model,
+            fields=api.request_fields(body),
         )
         if placed is None:  # the history could not be kept: send it on as the client wrote it
             return await self._plain(request, body)
@@ -276,9 +280,11 @@ class Proxy:
         decompose: Callable[[Any], list[Spec]] = from_anthropic,
         config: dict[str, Any] | None = None,
         wire: str = "anthropic",
+        fields: dict[str, Any] | None = None,
     ) -> Placed | None:
         """Put the request's history into its session: the new tail appended to the branch it
-        extends, or to a branch forked where the client's history leaves the session's."""
+        extends, or to a branch forked where the client's history leaves the session's.
+        `fields`: the rest of the client's body (a summary asked as a fork sends them)."""
         sid = _session_id(key)
         try:
             specs = sorted_specs(decompose(messages))
@@ -289,7 +295,9 @@ class Proxy:
             if wire == "anthropic"
             else self.settings.openai_upstream
         )
-        self.credentials[sid] = Credentials(_relayed(request.headers), model, wire, upstream)
+        self.credentials[sid] = Credentials(
+            _relayed(request.headers), model, wire, upstream, dict(fields or {})
+        )
         async with self.app.registry.lock(sid):
             # the session's work off the loop, in its turn: other sessions go on meanwhile
             branch = await self.app.work.run(sid, lambda: self._keep(sid, specs, config, request))

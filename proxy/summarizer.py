@@ -17,21 +17,28 @@ from anthropic import Omit
 
 from ..context.summarizer.types import SummaryFailure, SummaryRequest, SummaryResult
 from ..service.providers.anthropic_provider import AnthropicSummaryProvider
+from .anthropic import client_body, merge_betas
 
 AUTH_HEADERS = ("x-api-key", "authorization")
 """The headers that carry a client's credentials: relayed upstream and nowhere else."""
-RELAYED_HEADERS = ("anthropic-version",)
+BETA = "anthropic-beta"
+RELAYED_HEADERS = ("anthropic-version", BETA)
+"""…and the headers a summary through the upstream sends as the client did (its betas only
+with a fork: they are part of the request the fork continues)."""
 
 
 @attrs.define
 class Credentials:
     """What a session's latest request said about who is asking, for which model, and through
-    which API (`anthropic`, `responses` or `chat`) at which upstream."""
+    which API (`anthropic`, `responses` or `chat`) at which upstream — and the rest of its
+    body (`fields`: thinking, tool_choice, metadata, its context edits), which a summary asked
+    as a fork of the cached request must send as the client did."""
 
     headers: dict[str, str]
     model: str
     api: str = "anthropic"
     upstream: str = ""
+    fields: dict[str, Any] = attrs.field(factory=dict)
 
 
 class UpstreamSummarizer:
@@ -64,12 +71,27 @@ class UpstreamSummarizer:
             return await openai_summary(
                 held, request, model=self.model or held.model, timeout=self.timeout_seconds
             )
-        headers: dict[str, Any] = {k: v for k, v in held.headers.items() if k not in AUTH_HEADERS}
+        headers: dict[str, Any] = {
+            k: v for k, v in held.headers.items() if k not in (*AUTH_HEADERS, BETA)
+        }
         api_key = held.headers.get("x-api-key")
         bearer = held.headers.get("authorization", "")
         token = bearer[7:].strip() if bearer.lower().startswith("bearer ") else None
         if not api_key:  # the SDK would otherwise add the environment's key beside the token
             headers["X-Api-Key"] = Omit()
+        fork = request.fork
+        if fork is not None and fork.format == "anthropic":
+            # the fork as the client's own request would go: its fields (thinking,
+            # tool_choice, metadata, its context edits) with compactd's messages and betas
+            betas = merge_betas(held.headers.get(BETA), fork.headers.get(BETA))
+            request = attrs.evolve(
+                request,
+                fork=attrs.evolve(
+                    fork,
+                    request=client_body(held.fields, fork.request),
+                    headers={**fork.headers, **({BETA: betas} if betas else {})},
+                ),
+            )
         provider = AnthropicSummaryProvider(
             model=self.model or held.model,
             api_key=api_key or None,
