@@ -75,13 +75,15 @@ def generate(
     model: str | None,
     limits: Limits,
     fork: Fork | None = None,
+    ratio: float = 1.0,
 ) -> Steps[tuple[str, dict[str, Any]]]:
     """Summarize `inp` in budgeted chunks folding a rolling summary; a provider overflow, or an
     answer cut off before its end, retries with smaller chunks. With a `fork`, the first call
     offers it: a provider that answers the fork has summarized the whole range in that one
     call; one that answers the first chunk's prompt goes on chunk by chunk; a fork that the
-    provider could not make as it was sent (`FORK_RETRIED`) is followed by the chunks. Returns
-    the text and its usage; raises `SummaryFailure` (nothing is written then)."""
+    provider could not make as it was sent (`FORK_RETRIED`) is followed by the chunks. `ratio`:
+    the provider's tokens per token of compactd's count (`SummaryRequest.ratio`). Returns the
+    text and its usage; raises `SummaryFailure` (nothing is written then)."""
     budget = max(MIN_CHUNK_TOKENS, limits.input_tokens)
     rolling: str | None = None
     calls = 0
@@ -114,6 +116,7 @@ def generate(
             input_hash=inp.digest,
             deadline=limits.deadline,
             fork=fork,
+            ratio=ratio,
         )
         if not whole and fork is None:
             request = attrs.evolve(request, items=tuple(_chunk_items(inp, lo, hi, rolling)))

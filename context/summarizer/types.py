@@ -75,6 +75,10 @@ class SummaryRequest:
     # the same summary asked as a fork of the cached request (one call for the whole range),
     # for a provider that can send it; `prompt` is the first chunk's, for any other
     fork: Fork | None = None
+    # the provider's tokens per token of compactd's own count (the session's calibration):
+    # `max_output_tokens` is in the provider's tokens, so the offline digest, which counts in
+    # compactd's, writes to `max_output_tokens / ratio` — what a model's limit would hold
+    ratio: float = 1.0
 
 
 @attrs.frozen

@@ -330,6 +330,7 @@ def write_checkpoint(
         model=run.policy.summary_model or None,
         limits=limits,
         fork=fork,
+        ratio=run.rendered.ratio,
     )
     usage["evidenceCalls"] = len(batches(sources, run.policy.summary_input_max_tokens))
     return Checkpoint(text, usage, evidence), inp
@@ -445,7 +446,9 @@ class MarkerBound:
 
     def of(self, rng: Range) -> int:
         run, counter = self.run, self.run.engine.counter
-        tokens = summary_budget(run) + self.HEADER + sum(map(counter.request_text, self.prior))
+        # the budget is the provider's tokens (a model's max_tokens); the rest is counted here
+        budget = summary_budget(run) / run.rendered.ratio
+        tokens = budget + self.HEADER + sum(map(counter.request_text, self.prior))
         for turn in rng.new_turns:
             if turn.start_id not in self.requests:
                 texts = user_request_texts(run.graph, run.path, turn)
