@@ -165,11 +165,7 @@ class Proxy:
         self.counts["requests"] += 1
         await self.reachable(self.settings.anthropic_upstream)
         placed = await self._place(
-            api.session_key(request.headers, body),
-            req.messages,
-            request,
-            req.model,
-            fields=api.request_fields(body),
+            api.session_key(request.headers, body), req.messages, request, req.model
         )
         if placed is None:  # the history could not be kept: send it on as the client wrote it
             return await self._plain(request, body)
@@ -280,11 +276,9 @@ class Proxy:
         decompose: Callable[[Any], list[Spec]] = from_anthropic,
         config: dict[str, Any] | None = None,
         wire: str = "anthropic",
-        fields: dict[str, Any] | None = None,
     ) -> Placed | None:
         """Put the request's history into its session: the new tail appended to the branch it
-        extends, or to a branch forked where the client's history leaves the session's.
-        `fields`: the rest of the client's body (a summary asked as a fork sends them)."""
+        extends, or to a branch forked where the client's history leaves the session's."""
         sid = _session_id(key)
         try:
             specs = sorted_specs(decompose(messages))
@@ -295,8 +289,9 @@ class Proxy:
             if wire == "anthropic"
             else self.settings.openai_upstream
         )
-        self.credentials[sid] = Credentials(
-            _relayed(request.headers), model, wire, upstream, dict(fields or {})
+        held = self.credentials.get(sid)
+        self.credentials[sid] = Credentials(  # the fields of the last request sent stay
+            _relayed(request.headers), model, wire, upstream, held.fields if held else {}
         )
         async with self.app.registry.lock(sid):
             # the session's work off the loop, in its turn: other sessions go on meanwhile
@@ -446,6 +441,9 @@ class Proxy:
         )
         if capped:
             api.fit_thinking(body)
+        held = self.credentials.get(placed.session_id)
+        if held is not None:  # a summary forked from this request sends them as they went
+            held.fields = api.request_fields(body)
         notes = self._recalled.pop((placed.session_id, placed.branch), None)
         if notes:
             body["messages"] = api.with_notes(body["messages"], notes)

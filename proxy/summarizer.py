@@ -30,9 +30,9 @@ with a fork: they are part of the request the fork continues)."""
 @attrs.define
 class Credentials:
     """What a session's latest request said about who is asking, for which model, and through
-    which API (`anthropic`, `responses` or `chat`) at which upstream — and the rest of its
-    body (`fields`: thinking, tool_choice, metadata, its context edits), which a summary asked
-    as a fork of the cached request must send as the client did."""
+    which API (`anthropic`, `responses` or `chat`) at which upstream — and the rest of the
+    last body the proxy sent upstream for it (`fields`: thinking, tool_choice, metadata, the
+    context edits), which a summary asked as a fork of that cached request sends as it went."""
 
     headers: dict[str, str]
     model: str

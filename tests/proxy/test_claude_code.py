@@ -25,8 +25,9 @@ from tests.support.fake_anthropic import (
     compute_applied_edits,
     estimate_prompt_tokens,
 )
+from tests.support.invariants import strip_cache_control
 from tests.support.proxy import ProxyProcess
-from tests.support.scripted_agent import is_agent_summary, offers_bash
+from tests.support.scripted_agent import is_agent_step, is_agent_summary, is_compactd_fork
 
 pytestmark = pytest.mark.slow
 
@@ -72,13 +73,18 @@ def tally(requests: list[dict[str, Any]]) -> dict[str, Any]:
     """What the upstream saw of one run."""
     messages = [r for r in requests if r["path"] == "/v1/messages"]
     answered = [r for r in messages if r["status"] == 200]
-    edits = [  # of the agent's own requests (compactd's summary calls carry none)
+    edits = [  # of the agent's own requests
         [e["type"] for e in (r["body"].get("context_management") or {}).get("edits", [])]
         for r in messages
-        if offers_bash(r["body"])
+        if is_agent_step(r["body"])
     ]
+    steps = [r["body"] for r in messages if is_agent_step(r["body"])]
+    forks = [r for r in messages if is_compactd_fork(r["body"])]
     compactd_summaries = [
-        r for r in messages if not offers_bash(r["body"]) and not is_agent_summary(r["body"])
+        r
+        for r in messages
+        if is_compactd_fork(r["body"])
+        or not (is_agent_step(r["body"]) or is_agent_summary(r["body"]))
     ]
     return {
         "edits": edits,
@@ -93,8 +99,27 @@ def tally(requests: list[dict[str, Any]]) -> dict[str, Any]:
         "largest": max(seen(r["body"]) for r in messages),
         "input_tokens": sum(seen(r["body"]) for r in answered),
         "agent_summaries": sum(is_agent_summary(r["body"]) for r in messages),
-        "agent_steps": sum(offers_bash(r["body"]) for r in answered),
+        "agent_steps": sum(is_agent_step(r["body"]) for r in answered),
+        "forks": len(forks),
+        "forks_of_a_sent_request": sum(forks_a_sent_request(f["body"], steps) for f in forks),
     }
+
+
+def forks_a_sent_request(fork: dict[str, Any], sent: list[dict[str, Any]]) -> bool:
+    """The fork continues a request the upstream was sent before: the same model, system,
+    tools, thinking and context edits, and that request's messages, byte for byte (the
+    breakpoints aside), are the start of the fork's — what the provider reads from its cache."""
+    mine = strip_cache_control(fork)
+    for body in sent:
+        earlier = strip_cache_control(body)
+        same = all(
+            mine.get(k) == earlier.get(k)
+            for k in ("model", "system", "tools", "thinking", "context_management")
+        )
+        n = len(earlier["messages"])
+        if same and n < len(mine["messages"]) and mine["messages"][:n] == earlier["messages"]:
+            return True
+    return False
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +181,16 @@ def test_compactd_s_summaries_go_to_the_upstream_with_the_client_s_key(
     seen = [runs["proxy"][f"{run}_seen"] for run in ("first", "resumed")]
     assert sum(s["compactd_summaries"] for s in seen) >= 1
     assert set().union(*(s["summary_keys"] for s in seen)) == {API_KEY}
+
+
+def test_compactd_s_summaries_fork_a_request_the_upstream_was_sent(runs: dict[str, Any]) -> None:
+    """Each summary goes out as a fork of the agent's own request: the request the upstream was
+    sent before (Claude Code's model, system prompt, tools, thinking and context edits, its
+    messages byte for byte) and compactd's instruction after it, so the provider reads it
+    from its cache. (The scripted model answers it with a checkpoint, as a model would.)"""
+    seen = [runs["proxy"][f"{run}_seen"] for run in ("first", "resumed")]
+    assert sum(s["forks"] for s in seen) >= 1
+    assert all(s["forks_of_a_sent_request"] == s["forks"] for s in seen)
 
 
 @pytest.mark.parametrize("run", ["first", "resumed"])
