@@ -557,6 +557,12 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not offer the model compactd_recall (the proxy answers it by default)",
     )
+    parser.add_argument(
+        "--no-stats",
+        action="store_true",
+        help="record nothing of the requests in the request log (`compactd stats` then has "
+        "nothing new to show)",
+    )
 
 
 def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

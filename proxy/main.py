@@ -44,6 +44,7 @@ def proxy_settings(args: argparse.Namespace) -> ProxySettings:
         anthropic_upstream=args.anthropic_upstream,
         openai_upstream=args.openai_upstream,
         window=args.window,
+        stats=not getattr(args, "no_stats", False),
     )
 
 
@@ -78,6 +79,7 @@ def build(args: argparse.Namespace) -> tuple[App, Proxy]:
             session_id,
             model=settings.summary_model,
             timeout_seconds=timeout,
+            called=proxy.ledger.call,
         )
 
     app = App(ProxyFront(summarizer), settings)
@@ -143,4 +145,5 @@ async def serve(app: App, proxy: Proxy) -> int:
         for task in tasks:
             task.cancel()
         await runner.cleanup()
+        await proxy.ledger.recorder.drain()  # the last requests' rows are written
     return 0
