@@ -30,7 +30,13 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..protocol.convert import structure, unstructure
-from ..protocol.types import CompactionEvent, ImportResult, RenderResult
+from ..protocol.types import (
+    CompactionEvent,
+    ImportResult,
+    ProxiedSession,
+    RenderResult,
+    SentRequest,
+)
 from .client import AnsweredDespiteCancel, CompactdClient, RpcError
 from .panel import build_panel
 
@@ -183,18 +189,61 @@ async def cmd_sessions(ns: argparse.Namespace, client: CompactdClient) -> int:
     if not result.sessions:
         _err(ns).print("no sessions yet: `compactd import TRANSCRIPT` makes one")
         return EXIT_OK
-    table = Table("session", "source", "title", "turns", "tokens", "modified", box=None)
+    proxied = any(info.proxied for info in result.sessions)
+    columns = ["session", "source", "title", "turns", "tokens", "modified"]
+    if proxied:  # what the proxy did: whose session, still managed or not, what it saved
+        columns[2:2] = ["agent", "state", "saved"]
+    table = Table(*columns, box=None)
     for info in result.sessions:
         title = info.title or ""
-        table.add_row(
+        row = [
             info.session_id,
             info.source or "live",
             escape(title if len(title) <= 48 else title[:47] + "…"),
             str(info.turns),
             f"{info.tokens:,}",
             dt.datetime.fromtimestamp(info.modified).strftime("%Y-%m-%d %H:%M"),
-        )
+        ]
+        if proxied:
+            row[2:2] = _proxied_cells(info.proxied)
+        table.add_row(*row)
     Console(force_terminal=ns.color, width=max(140, Console().width)).print(table)
+    return EXIT_OK
+
+
+def _proxied_cells(proxied: ProxiedSession | None) -> list[str]:
+    """Agent, state and saving of a session the proxy relayed (blank for any other)."""
+    if proxied is None:
+        return ["", "", ""]
+    saved = f"{proxied.saved_input_tokens:,} tokens"
+    if proxied.saved_usd is not None:
+        saved += f" (${proxied.saved_usd:,.2f})"
+    return [escape(proxied.agent or ""), proxied.state, saved]
+
+
+def _sent_panel(ns: argparse.Namespace, sent: SentRequest) -> int:
+    """A proxied session's last request as the proxy sent it: its model, window, system
+    prompt and tools, and the provider's count beside compactd's estimate."""
+    data = unstructure(sent)
+    if ns.json:
+        _print_json({"source": "proxy", **data})
+        return EXIT_OK
+    console = Console(force_terminal=ns.color)
+    when = dt.datetime.fromtimestamp(sent.at).strftime("%Y-%m-%d %H:%M:%S")
+    title = f"Context of {ns.session}: the last request the proxy sent ({when}, {sent.model})"
+    console.print(build_panel(data, title=title))
+    if sent.reported is not None:
+        off = (sent.total - sent.reported) / sent.reported if sent.reported else 0.0
+        console.print(
+            f"The provider counted {sent.reported:,} tokens; compactd estimated {sent.total:,} "
+            f"({off:+.1%}).",
+            highlight=False,
+        )
+    console.print(
+        "[dim]`--window N` (or `--model M`) measures the session now, without the client's "
+        "system prompt and tools.[/dim]",
+        highlight=False,
+    )
     return EXIT_OK
 
 
@@ -213,6 +262,8 @@ async def cmd_context(ns: argparse.Namespace, client: CompactdClient) -> int:
         console.print(build_panel(unstructure(result.tokens), title=title))
         return EXIT_OK
     measure = await client.measure(ns.session, branch=ns.branch, **_budget(ns))
+    if measure.sent is not None and not _budget(ns) and ns.branch is None:
+        return _sent_panel(ns, measure.sent)
     _warn(ns, in_cli_words(measure.warnings), always=True)
     data = unstructure(measure)
     if ns.json:
@@ -605,6 +656,17 @@ def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPars
     p.add_argument(
         "--new", action="store_true", help="import again even if this file was imported before"
     )
+    out["stats"] = p = add(
+        "stats",
+        "what the proxy did and saved: per session and per day, from the request log",
+    )
+    p.add_argument(
+        "--since",
+        metavar="DATE",
+        help="from this day on (2026-12-01, 2026-12-01T09:30, or 7d for the last seven days)",
+    )
+    p.add_argument("--session", metavar="S", help="one session (its id or a prefix of it)")
+    p.add_argument("--json", action="store_true", help='{"sessions", "days", "totals"} as JSON')
     out["sessions"] = p = add("sessions", "list sessions, newest first")
     p.add_argument("--json", action="store_true", help="print the daemon's answer as JSON")
     out["context"] = p = add("context", "the context panel of a session")

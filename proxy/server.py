@@ -718,7 +718,7 @@ def _overflow(status: int, data: bytes) -> Any:
     return parse_overflow(status, message)
 
 
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_AGENT_UNSAFE = re.compile(r"[^A-Za-z0-9_./-]")
 SESSION = "compactd.session"
 """Where a request's session id is kept on the request, once known (for its stats row)."""
 
@@ -748,7 +748,9 @@ def _relayed(headers: Any) -> dict[str, str]:
 
 
 def _agent(request: web.Request) -> str:
-    return _SAFE.sub("", request.headers.get("user-agent", "")[:60].replace(" ", "_"))
+    """The client, by its user agent's first product (`claude-cli/2.1.5`, `codex_exec/0.171`)."""
+    product = request.headers.get("user-agent", "").split(" ", 1)[0][:60]
+    return _AGENT_UNSAFE.sub("", product)
 
 
 def _message_count(messages: list[dict[str, Any]], specs: list[Spec], shared: int) -> int:
