@@ -39,6 +39,7 @@ from . import anthropic as api
 from . import openai as oai
 from .history import match, request_fingerprints, sorted_specs
 from .http import HOP_BY_HOP, Upstream, response_headers
+from .page import Page
 from .recall import answer, as_note
 from .relay import Relay, follow_up_calls, mixed_recall_calls, visible_content
 from .sse import EventSplitter
@@ -89,6 +90,17 @@ class Proxy:
             app.engine.store, lambda fn: app.work.run(None, fn), enabled=settings.stats
         )
         self.ledger = Ledger(app.engine, recorder)
+        self.page = Page(
+            app,
+            recorder,
+            health={
+                "service": "compactd proxy",
+                "store": app.engine.store.location,
+                "anthropicUpstream": settings.anthropic_upstream,
+                "openaiUpstream": settings.openai_upstream,
+                "window": settings.window,
+            },
+        )
 
     # ---- the application ------------------------------------------------------------------
 
@@ -103,6 +115,7 @@ class Proxy:
         web_app.router.add_post("/v1/responses", self.responses)
         web_app.router.add_get("/v1/models", self.models)
         web_app.router.add_get("/v1/models/{model}", self.models)
+        self.page.routes(web_app)  # the page at the root, its API, and /healthz
         web_app.router.add_route("*", "/{tail:.*}", self.unknown)
         web_app.on_cleanup.append(self._close)
         return web_app
