@@ -38,6 +38,7 @@ from ..protocol.types import (
     SentRequest,
 )
 from .client import AnsweredDespiteCancel, CompactdClient, RpcError
+from .launch import split_arguments
 from .panel import build_panel
 
 Command = Callable[[argparse.Namespace, CompactdClient], Awaitable[int]]
@@ -424,6 +425,7 @@ COMMANDS: dict[str, Command] = {
     "replay": cmd_replay,
 }
 SESSION_COMMANDS = ("context", "render", "snip", "compact")
+LAUNCHERS = ("claude", "codex")
 
 
 # ---- the command line -------------------------------------------------------------------------
@@ -609,6 +611,12 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
         help="do not offer the model compactd_recall (the proxy answers it by default)",
     )
     parser.add_argument(
+        "--print-service",
+        action="store_true",
+        help="print a systemd user unit that keeps this proxy running (with these options) "
+        "and how to install it, then exit",
+    )
+    parser.add_argument(
         "--no-stats",
         action="store_true",
         help="record nothing of the requests in the request log (`compactd stats` then has "
@@ -697,6 +705,17 @@ def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPars
         dest="then_window",
         help="then run the cascade as for a model with this window (0: don't)",
     )
+    from .launch import add_arguments as add_launch_arguments
+
+    for name, who in (("claude", "Claude Code"), ("codex", "Codex")):
+        out[name] = p = add(
+            name,
+            f"run {who} through compactd: a proxy on a free loopback port (or the one already "
+            f"running on this data dir), {who} pointed at it, stopped with it. compactd's own "
+            f"options come first; everything from the first other argument on is {who}'s "
+            f"(`--` ends compactd's early): compactd {name} --window 64000 [{name} args…]",
+        )
+        add_launch_arguments(p)
     from .replay import add_arguments as add_replay_arguments
 
     out["replay"] = p = add(
@@ -756,7 +775,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     before = top.parse_args(args[:at])
     for key in GLOBAL_DEFAULTS:
         setattr(ns, key, getattr(before, key))
-    after = commands[args[at]].parse_intermixed_args(args[at + 1 :])
+    if args[at] in LAUNCHERS:  # compactd's options, then the agent's arguments untouched
+        ours, agent_args = split_arguments(args[at + 1 :], VALUE_OPTIONS)
+        after = commands[args[at]].parse_args(ours)
+        after.agent_args = agent_args
+    else:
+        after = commands[args[at]].parse_intermixed_args(args[at + 1 :])
     for key, value in vars(after).items():
         if key == "set":
             ns.set = [*ns.set, *value]
@@ -915,5 +939,9 @@ def run(ns: argparse.Namespace) -> int:
         return EXIT_OK
     if ns.data_dir is None and os.environ.get("COMPACTD_DATA_DIR"):
         ns.data_dir = os.environ["COMPACTD_DATA_DIR"]
+    if ns.command in LAUNCHERS:  # no daemon: a proxy and the agent
+        from .launch import run as launch
+
+        return launch(ns)
     with _interruptible():
         return asyncio.run(_run_client(ns))

@@ -36,7 +36,8 @@ def money(sums: dict[str, Any]) -> str:
     if sums.get("savedUsd") is None:
         unknown = ", ".join(sums.get("unpricedModels") or []) or "?"
         return f"? (no price: {unknown})"
-    return f"${sums['savedUsd']:,.2f}"
+    value = sums["savedUsd"]
+    return f"{'-' if value < 0 else ''}${abs(value):,.2f}"
 
 
 def saved_share(sums: dict[str, Any]) -> str:
