@@ -452,8 +452,15 @@ class Proxy:
             if params is None:
                 return None
             session = self.app.session(placed.session_id)
+            cleared = sum(_int(e.get("cleared_input_tokens")) for e in applied_edits or [])
             return self.ledger.request(
-                session, placed.branch, params, rendered, wire=self.wire_of(placed), usage=counted
+                session,
+                placed.branch,
+                params,
+                rendered,
+                wire=self.wire_of(placed),
+                usage=counted,
+                cleared=cleared,
             )
 
         async with self.app.registry.lock(placed.session_id):
@@ -702,6 +709,10 @@ async def _chunks(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
 def error_response(exc: api.ApiError, openai_path: bool) -> web.Response:
     body = oai.error_body(exc) if openai_path else exc.body()
     return web.json_response(body, status=exc.status, dumps=_dumps)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _dumps(value: Any) -> str:

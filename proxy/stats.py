@@ -13,11 +13,12 @@ from ..context.graph import Graph
 from ..context.projection import CLEAR, COLLAPSE, SNIP, SUMMARY
 from ..context.recall import FROM, handle_for
 from ..context.render.client import client_request_tokens
+from ..context.render.conversation import TOOL_RESULTS
 from ..context.render.request import Rendered
 from ..context.session import Session
 from ..context.tiers.base import TierEvent
 from ..service.events import event_json
-from ..service.stats import CallRow, PassedRow, Recorder, RequestRow, Usage
+from ..service.stats import CallRow, PassedRow, Recorder, RequestRow, SplitFit, Usage
 
 MAX_HANDLES = 20
 """Recall handles an event names on the page (a clear of hundreds of results names the newest)."""
@@ -45,6 +46,7 @@ class Ledger:
         self.engine = engine
         self.recorder = recorder
         self._events: dict[tuple[str, str], list[TierEvent]] = {}  # (session, branch) -> …
+        self._fits: dict[str, SplitFit] = {}  # per session: results and the rest, apart
 
     def rendered(self, session_id: str, branch: str, events: list[TierEvent]) -> None:
         """A render's cascade events, kept for the request's row (a retry's add to them)."""
@@ -60,6 +62,7 @@ class Ledger:
         *,
         wire: str,
         usage: Usage | None,
+        cleared: int = 0,
         status: int = 200,
     ) -> RequestRow | None:
         """The row of a request compactd managed; in the session's turn (it counts what the
@@ -68,10 +71,20 @@ class Ledger:
         if not self.recorder.enabled:
             return None
         spec = params.spec
-        ratio = self.engine.calibration(session).ratio(spec.model)
         client = client_request_tokens(
             session.graph, branch, self.engine.counter, system=spec.system, tools=spec.tools
         )
+        fit = self._fits.setdefault(session.id, SplitFit())
+        if usage is not None:  # the request as sent, and the provider's count of it
+            sent = rendered.server.sent if rendered.server and rendered.server.sent else None
+            tally = (sent or rendered).tally
+            results = tally.by_category[TOOL_RESULTS]
+            counted = usage.prompt + (cleared if sent is not None else 0)
+            fit.add(results, tally.prompt - results, counted)
+        split = fit.ratios()
+        if split is None:
+            ratio = self.engine.calibration(session).ratio(spec.model)
+            split = (ratio, ratio)
         budget = rendered.budget
         return RequestRow(
             at=self.recorder.now(),
@@ -81,7 +94,7 @@ class Ledger:
             model=spec.model or "",
             branch=branch,
             status=status,
-            client_tokens=round(client * ratio),
+            client_tokens=round(client.results * split[0] + client.other * split[1]),
             sent_tokens=round(rendered.sent_estimate * rendered.ratio),
             usage=usage,
             window=budget.window,

@@ -253,6 +253,43 @@ def row_savings(rows: list[dict[str, Any]]) -> list[Priced]:
     return out
 
 
+# ---- the client's request in the provider's units ----------------------------------------
+
+
+@attrs.define
+class SplitFit:
+    """Provider tokens per estimated token for tool results and for everything else, fitted
+    by least squares on every request of a session as sent — its results estimated, the rest
+    estimated, what the provider counted. One ratio for a whole request is off by a fifth on
+    a client's own request, which holds far more results than compactd sends (a listing
+    tokenizes unlike prose); a tokenizer's ratio for either kind does not change over a
+    session, so every request counts, and a session whose requests never tell the two apart
+    (too few, or results always the same share) has no split."""
+
+    rr: float = 0.0
+    ro: float = 0.0
+    oo: float = 0.0
+    ry: float = 0.0
+    oy: float = 0.0
+    n: int = 0
+
+    def add(self, results: int, other: int, reported: int) -> None:
+        self.rr += results * results
+        self.ro += results * other
+        self.oo += other * other
+        self.ry += results * reported
+        self.oy += other * reported
+        self.n += 1
+
+    def ratios(self) -> tuple[float, float] | None:
+        det = self.rr * self.oo - self.ro * self.ro
+        if self.n < 3 or self.rr <= 0 or self.oo <= 0 or det <= 0.01 * self.rr * self.oo:
+            return None
+        a = (self.ry * self.oo - self.oy * self.ro) / det
+        b = (self.oy * self.rr - self.ry * self.ro) / det
+        return (a, b) if a > 0 and b > 0 else None
+
+
 # ---- the sums -------------------------------------------------------------------------------
 
 

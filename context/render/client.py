@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from ..graph import Graph, Node
 from ..tokens import BLOCK_OVERHEAD, MESSAGE_OVERHEAD, Counter
 from .anthropic import system_blocks
@@ -39,6 +41,19 @@ def _result_tokens(call: Node, counter: Counter) -> int:
     return cached
 
 
+@attrs.frozen
+class ClientTokens:
+    """A client's request counted apart: its tool results, and everything else (tokenizers
+    differ most between the two: logs and listings against prose and code)."""
+
+    results: int
+    other: int
+
+    @property
+    def total(self) -> int:
+        return self.results + self.other
+
+
 def client_request_tokens(
     graph: Graph,
     branch: str,
@@ -46,14 +61,16 @@ def client_request_tokens(
     *,
     system: str | list[dict[str, Any]] | None,
     tools: list[dict[str, Any]] | None,
-) -> int:
+) -> ClientTokens:
     """compactd's (uncalibrated) count of the request whose history is `branch`'s thread."""
-    total = sum(counter.system_block(b) for b in system_blocks(system))
-    total += sum(counter.tool_definition(dict(t)) for t in tools or [])
+    other = sum(counter.system_block(b) for b in system_blocks(system))
+    other += sum(counter.tool_definition(dict(t)) for t in tools or [])
+    results = 0
     for node_id in graph.branch_path(branch).ids:
         node = graph.nodes[node_id]
-        total += _thread_tokens(graph, node, counter)
+        other += _thread_tokens(graph, node, counter)
         answered = [c for c in graph.calls_of(node) if c.kind == "tool" and c.answered]
         if answered:
-            total += MESSAGE_OVERHEAD + sum(_result_tokens(c, counter) for c in answered)
-    return total
+            other += MESSAGE_OVERHEAD
+            results += sum(_result_tokens(c, counter) for c in answered)
+    return ClientTokens(results, other)

@@ -97,3 +97,23 @@ class ProxyProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class TappedProxy(ProxyProcess):
+    """A proxy with a recording tap in front: clients talk to the tap (`base_url`), and
+    `tap.bodies` holds every body they sent, before the proxy changed anything."""
+
+    def start(self, timeout: float = 30.0) -> TappedProxy:
+        from tests.support.tap import Tap
+
+        super().start(timeout)
+        self.proxy_url = self.base_url
+        self.tap = Tap(self.proxy_url).start()
+        self.base_url = self.tap.base_url
+        return self
+
+    def stop(self) -> int | None:
+        tap = getattr(self, "tap", None)
+        if tap is not None:
+            tap.stop()
+        return super().stop()
