@@ -77,14 +77,17 @@ class Ledger:
         fit = self._fits.setdefault(session.id, SplitFit())
         if usage is not None:  # the request as sent, and the provider's count of it
             sent = rendered.server.sent if rendered.server and rendered.server.sent else None
-            tally = (sent or rendered).tally
-            results = tally.by_category[TOOL_RESULTS]
+            as_sent = sent or rendered
+            results = as_sent.tally.by_category[TOOL_RESULTS]
+            blocks = sum(len(m.parts) for m in as_sent.conversation.messages)
             counted = usage.prompt + (cleared if sent is not None else 0)
-            fit.add(results, tally.prompt - results, counted)
-        split = fit.ratios()
-        if split is None:
-            ratio = self.engine.calibration(session).ratio(spec.model)
-            split = (ratio, ratio)
+            fit.add((results, as_sent.tally.prompt - results, blocks), counted)
+        ratio = self.engine.calibration(session).ratio(spec.model)
+        terms = fit.coefficients() or (ratio, ratio, 0.0)
+        features = (client.results, client.other, client.blocks)
+        fitted = sum(t * f for t, f in zip(terms, features, strict=True))
+        # a regression outside what it was fitted on is held to half the plain estimate
+        client_tokens = round(max(fitted, 0.5 * ratio * client.total))
         budget = rendered.budget
         return RequestRow(
             at=self.recorder.now(),
@@ -94,7 +97,7 @@ class Ledger:
             model=spec.model or "",
             branch=branch,
             status=status,
-            client_tokens=round(client.results * split[0] + client.other * split[1]),
+            client_tokens=client_tokens,
             sent_tokens=round(rendered.sent_estimate * rendered.ratio),
             usage=usage,
             window=budget.window,
@@ -102,6 +105,7 @@ class Ledger:
             output_reserve=budget.output_reserve,
             categories=rendered.categories,
             ttl=spec.cache_ttl,
+            ratios=terms,
             events=[
                 {**event_json(e), "handles": event_handles(session.graph, e.record_ids)}
                 for e in events

@@ -100,6 +100,7 @@ class RequestRow:
     categories: dict[str, int]
     ttl: str | None = None  # the client's cache TTL ("5m" | "1h"; None: the provider's)
     events: list[dict[str, Any]] = attrs.field(factory=list)
+    ratios: tuple[float, float, float] | None = None  # `client_tokens`' (SplitFit's) terms
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -120,6 +121,7 @@ class RequestRow:
             "categories": self.categories,
             "ttl": self.ttl,
             "events": self.events,
+            "ratios": [round(r, 4) for r in self.ratios] if self.ratios else None,
         }
 
 
@@ -256,38 +258,78 @@ def row_savings(rows: list[dict[str, Any]]) -> list[Priced]:
 # ---- the client's request in the provider's units ----------------------------------------
 
 
+Features = tuple[float, float, float]
+"""A request counted apart: tool results and the rest (estimated tokens), and its blocks."""
+
+
 @attrs.define
 class SplitFit:
-    """Provider tokens per estimated token for tool results and for everything else, fitted
-    by least squares on every request of a session as sent — its results estimated, the rest
-    estimated, what the provider counted. One ratio for a whole request is off by a fifth on
-    a client's own request, which holds far more results than compactd sends (a listing
-    tokenizes unlike prose); a tokenizer's ratio for either kind does not change over a
-    session, so every request counts, and a session whose requests never tell the two apart
-    (too few, or results always the same share) has no split."""
+    """The provider's count of a request from compactd's, fitted by relative least squares on
+    every request of a session as sent: tokens per estimated token for tool results and for
+    everything else, and the provider's framing per block (a call id, an item's keys).
 
-    rr: float = 0.0
-    ro: float = 0.0
-    oo: float = 0.0
-    ry: float = 0.0
-    oy: float = 0.0
+    One ratio for a whole request was off by a fifth on a client's own request, which holds
+    far more results than compactd sends (a listing tokenizes unlike prose) in far fewer,
+    larger blocks (compactd's cleared results are many small ones). A tokenizer's ratio for a
+    kind of content does not change over a session, so every request counts; each is weighed
+    by its size, so a session's first requests — the system prompt and tools alone — pin the
+    ratio of everything else. A session whose requests do not tell the features apart (too
+    few, or always in the same proportion) falls back to fewer of them, then to none."""
+
+    xx: list[list[float]] = attrs.field(factory=lambda: [[0.0] * 3 for _ in range(3)])
+    xy: list[float] = attrs.field(factory=lambda: [0.0] * 3)
     n: int = 0
 
-    def add(self, results: int, other: int, reported: int) -> None:
-        self.rr += results * results
-        self.ro += results * other
-        self.oo += other * other
-        self.ry += results * reported
-        self.oy += other * reported
+    def add(self, features: Features, reported: int) -> None:
+        if reported <= 0:
+            return
+        w = 1.0 / (reported * reported)
+        for i in range(3):
+            self.xy[i] += w * features[i] * reported
+            for j in range(3):
+                self.xx[i][j] += w * features[i] * features[j]
         self.n += 1
 
-    def ratios(self) -> tuple[float, float] | None:
-        det = self.rr * self.oo - self.ro * self.ro
-        if self.n < 3 or self.rr <= 0 or self.oo <= 0 or det <= 0.01 * self.rr * self.oo:
+    def coefficients(self) -> Features | None:
+        """(results, rest, per block), or None; the block term only when the requests can
+        tell it apart (else it is left at 0)."""
+        if self.n < 3:
             return None
-        a = (self.ry * self.oo - self.oy * self.ro) / det
-        b = (self.oy * self.rr - self.ry * self.ro) / det
-        return (a, b) if a > 0 and b > 0 else None
+        for used in ((0, 1, 2), (0, 1)):
+            solved = _solve(
+                [[self.xx[i][j] for j in used] for i in used], [self.xy[i] for i in used]
+            )
+            if solved is not None and solved[0] > 0 and solved[1] > 0:
+                out = [0.0, 0.0, 0.0]
+                for k, i in enumerate(used):
+                    out[i] = solved[k]
+                return out[0], out[1], out[2]
+        return None
+
+    def estimate(self, features: Features) -> float | None:
+        found = self.coefficients()
+        return None if found is None else sum(c * f for c, f in zip(found, features, strict=True))
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """`a x = b` by elimination with partial pivoting; None when `a` is near singular (a
+    pivot under a thousandth of its column's scale)."""
+    n = len(b)
+    scale = [max(abs(a[i][i]), 1e-300) for i in range(n)]
+    m = [[*row, rhs] for row, rhs in zip(a, b, strict=True)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-3 * scale[col]:
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(col + 1, n):
+            f = m[r][col] / m[col][col]
+            for c in range(col, n + 1):
+                m[r][c] -= f * m[col][c]
+    x = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        x[r] = (m[r][n] - sum(m[r][c] * x[c] for c in range(r + 1, n))) / m[r][r]
+    return x
 
 
 # ---- the sums -------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ class ClientTokens:
 
     results: int
     other: int
+    blocks: int  # content blocks, calls and results: each framed by the provider
 
     @property
     def total(self) -> int:
@@ -65,12 +66,14 @@ def client_request_tokens(
     """compactd's (uncalibrated) count of the request whose history is `branch`'s thread."""
     other = sum(counter.system_block(b) for b in system_blocks(system))
     other += sum(counter.tool_definition(dict(t)) for t in tools or [])
-    results = 0
+    results = blocks = 0
     for node_id in graph.branch_path(branch).ids:
         node = graph.nodes[node_id]
         other += _thread_tokens(graph, node, counter)
-        answered = [c for c in graph.calls_of(node) if c.kind == "tool" and c.answered]
+        calls = [c for c in graph.calls_of(node) if c.kind == "tool"]
+        answered = [c for c in calls if c.answered]
+        blocks += len(node.content) + len(calls) + len(answered)
         if answered:
             other += MESSAGE_OVERHEAD
             results += sum(_result_tokens(c, counter) for c in answered)
-    return ClientTokens(results, other)
+    return ClientTokens(results, other, blocks)
