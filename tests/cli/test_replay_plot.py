@@ -73,3 +73,36 @@ def test_plot_draws_a_panel_per_thread(tmp_path: Path, monkeypatch: pytest.Monke
     assert list(compactd.get_ydata()) == [20_000, 30_000, 41_000]  # the main thread only
     assert main.yaxis.get_major_formatter()(40_000, 0) == "40K"
     assert (tmp_path / "r.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize(
+    "model, price, money",
+    [
+        ("claude-sonnet-4-5", {"inputPerMillion": 3.0, "taken": "2026-10"}, "$0.75"),
+        ("some-local-model", None, "no published price for some-local-model"),
+    ],
+)
+def test_the_plot_puts_the_saving_on_the_image_in_money_where_priced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str, price: Any, money: str
+) -> None:
+    """The cost panel says what compactd saved against no management, in input-token
+    equivalents and, at the model's published price, in dollars; no price, no money."""
+    import matplotlib.figure
+
+    steps = [step(0, "main", 20_000), step(1, "main", 30_000)]
+    report = {"steps": steps, "limit": 44_000, "threshold": 40_000, "window": 64_000}
+    report |= {"source": "s", "ttl": "1h", "provider": "digest", "model": model, "price": price}
+    report["totals"] = {"compactd": {"cost": 750_000.0}, "baseline": {"cost": 1_000_000.0}}
+    saved: list[matplotlib.figure.Figure] = []
+    real_savefig = matplotlib.figure.Figure.savefig
+
+    def keep(self: matplotlib.figure.Figure, *args: Any, **kw: Any) -> None:
+        saved.append(self)
+        real_savefig(self, *args, **kw)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
+    plot(report, str(tmp_path / "r.png"))
+    texts = [t.get_text() for ax in saved[0].axes for t in ax.texts]
+    [said] = [t for t in texts if t.startswith("saved ")]
+    assert "saved 250K input-token eq. against no management (25%)" in said
+    assert money in said
