@@ -10,7 +10,7 @@ RUN_DATA := .run/data
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,plot,postgres]'
+	$(BIN)/python -m pip install -q -e '.[test,plot,postgres,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -37,11 +37,12 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	echo "make: chromium is missing and apt-get cannot install it here: the page's browser test will fail"
 
-## make test — lint, every Python test, the daemon's end-to-end tests once more on PostgreSQL
+## make test — lint, the docs site (a broken link fails), every Python test, the daemon's end-to-end tests once more on PostgreSQL
 ## (a throwaway cluster; files-only tests skip), and the Node client's tests
 test: $(STAMP) $(AGENTS) browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mkdocs build --strict --site-dir .site
 	$(BIN)/python -m pytest -q
 	COMPACTD_TEST_STORE=postgres $(BIN)/python -m pytest -q tests/daemon
 	@if [ -d clients/node ]; then $(MAKE) --no-print-directory node-test; fi
