@@ -768,32 +768,26 @@ def _cached(details: Any) -> int:
     return cached if isinstance(cached, int) else 0
 
 
+def _counted(usage: Any, prompt: str, details: str, output: str) -> Usage | None:
+    if not isinstance(usage, dict) or not isinstance(usage.get(prompt), int):
+        return None
+    cached = _cached(usage.get(details))
+    out = usage.get(output)
+    return Usage(
+        input=usage[prompt] - cached, cache_read=cached, output=out if isinstance(out, int) else 0
+    )
+
+
 def responses_counted(usage: Any) -> Usage | None:
     """A Responses answer's usage in the stats' terms: `input_tokens` holds the cached ones
     (`input_tokens_details.cached_tokens`); OpenAI bills no cache write."""
-    if not isinstance(usage, dict) or not isinstance(usage.get("input_tokens"), int):
-        return None
-    cached = _cached(usage.get("input_tokens_details"))
-    output = usage.get("output_tokens")
-    return Usage(
-        input=usage["input_tokens"] - cached,
-        cache_read=cached,
-        output=output if isinstance(output, int) else 0,
-    )
+    return _counted(usage, "input_tokens", "input_tokens_details", "output_tokens")
 
 
 def chat_counted(usage: Any) -> Usage | None:
     """A Chat Completions answer's usage in the stats' terms (`prompt_tokens` holds
     `prompt_tokens_details.cached_tokens`)."""
-    if not isinstance(usage, dict) or not isinstance(usage.get("prompt_tokens"), int):
-        return None
-    cached = _cached(usage.get("prompt_tokens_details"))
-    output = usage.get("completion_tokens")
-    return Usage(
-        input=usage["prompt_tokens"] - cached,
-        cache_read=cached,
-        output=output if isinstance(output, int) else 0,
-    )
+    return _counted(usage, "prompt_tokens", "prompt_tokens_details", "completion_tokens")
 
 
 class ChatStream(StreamRelay):

@@ -47,13 +47,10 @@ def test_threads_keep_their_own_order_and_main_comes_first() -> None:
     assert [s["tokens"] for _, s in by_thread["function:f2"]] == [5, 6]
 
 
-def test_plot_draws_a_panel_per_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def figures(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every figure `plot` saves, kept for the test to read."""
     import matplotlib.figure
 
-    steps = [step(0, "main", 20_000), step(1, "function:f7", 9_000), step(2, "main", 30_000)]
-    steps += [step(3, "function:f9", 8_000, ["microcompact"]), step(4, "main", 41_000)]
-    report = {"steps": steps, "limit": 44_000, "threshold": 40_000, "window": 64_000}
-    report |= {"source": "s", "ttl": "1h", "provider": "digest"}
     saved: list[matplotlib.figure.Figure] = []
     real_savefig = matplotlib.figure.Figure.savefig
 
@@ -62,6 +59,15 @@ def test_plot_draws_a_panel_per_thread(tmp_path: Path, monkeypatch: pytest.Monke
         real_savefig(self, *args, **kw)
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
+    return saved
+
+
+def test_plot_draws_a_panel_per_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    steps = [step(0, "main", 20_000), step(1, "function:f7", 9_000), step(2, "main", 30_000)]
+    steps += [step(3, "function:f9", 8_000, ["microcompact"]), step(4, "main", 41_000)]
+    report = {"steps": steps, "limit": 44_000, "threshold": 40_000, "window": 64_000}
+    report |= {"source": "s", "ttl": "1h", "provider": "digest"}
+    saved = figures(monkeypatch)
     plot(report, str(tmp_path / "r.png"))
     (figure,) = saved
     titles = [ax.get_title(loc="left") for ax in figure.axes]
@@ -87,20 +93,11 @@ def test_the_plot_puts_the_saving_on_the_image_in_money_where_priced(
 ) -> None:
     """The cost panel says what compactd saved against no management, in input-token
     equivalents and, at the model's published price, in dollars; no price, no money."""
-    import matplotlib.figure
-
     steps = [step(0, "main", 20_000), step(1, "main", 30_000)]
     report = {"steps": steps, "limit": 44_000, "threshold": 40_000, "window": 64_000}
     report |= {"source": "s", "ttl": "1h", "provider": "digest", "model": model, "price": price}
     report["totals"] = {"compactd": {"cost": 750_000.0}, "baseline": {"cost": 1_000_000.0}}
-    saved: list[matplotlib.figure.Figure] = []
-    real_savefig = matplotlib.figure.Figure.savefig
-
-    def keep(self: matplotlib.figure.Figure, *args: Any, **kw: Any) -> None:
-        saved.append(self)
-        real_savefig(self, *args, **kw)
-
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
+    saved = figures(monkeypatch)
     plot(report, str(tmp_path / "r.png"))
     texts = [t.get_text() for ax in saved[0].axes for t in ax.texts]
     [said] = [t for t in texts if t.startswith("saved ")]

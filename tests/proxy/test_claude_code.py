@@ -14,13 +14,12 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.agent_runs import both_ways
+from tests.support.agent_runs import both_ways, compactd_json
 from tests.support.fake_anthropic import (
     FakeAnthropicProcess,
     compute_applied_edits,
@@ -209,19 +208,6 @@ def test_the_session_is_compactd_s_and_the_key_is_never_written(runs: dict[str, 
     ), proxy["log"]
 
 
-def compactd(data: Path, *args: str) -> Any:
-    """`compactd ARGS --json` on the proxy's data dir, read."""
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name("compactd")), *args, "--json"],
-        env={**os.environ, "COMPACTD_DATA_DIR": str(data)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
 def test_stats_add_up_against_the_upstream_and_the_client(runs: dict[str, Any]) -> None:
     """What `compactd stats` says of both runs through the proxy: the upstream's own count of
     every request of Claude Code's, exactly; what Claude Code sent, within 5 % of the
@@ -229,7 +215,7 @@ def test_stats_add_up_against_the_upstream_and_the_client(runs: dict[str, Any]) 
     own calls one by one; nothing passed through unmanaged; a saving, in money too."""
     proxy = runs["proxy"]
     runs_seen = [proxy[f"{run}_seen"] for run in ("first", "resumed")]
-    totals = compactd(proxy["data"], "stats")["totals"]
+    totals = compactd_json(proxy["data"], "stats")["totals"]
     assert totals["upstreamInputTokens"] == sum(s["agent_input_tokens"] for s in runs_seen)
     assert totals["requests"] == sum(s["requests"] - s["calls_of_compactd"] for s in runs_seen)
     assert totals["compactdCalls"] == sum(s["calls_of_compactd"] for s in runs_seen)
@@ -245,7 +231,7 @@ def test_context_shows_the_last_request_as_the_proxy_sent_it(runs: dict[str, Any
     prompt and tools included, at the window it used, within 2 % of the upstream's count."""
     proxy = runs["proxy"]
     session = proxy["resumed"]["session_id"]
-    shown = compactd(proxy["data"], "context", session)
+    shown = compactd_json(proxy["data"], "context", session)
     last = proxy["resumed_seen"]["last_agent_prompt"]
     print("context total", shown["total"], "reported", shown["reported"], "upstream", last)
     assert shown["source"] == "proxy" and shown["window"] == WINDOW

@@ -15,13 +15,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.agent_runs import both_ways
+from tests.support.agent_runs import both_ways, compactd_json
 from tests.support.fake_openai import FakeOpenAIProcess, responses_prompt
 from tests.support.proxy import TappedProxy
 from tests.support.scripted_agent import AGENT_SUMMARY_MARKERS
@@ -188,26 +187,13 @@ def test_the_key_is_never_written(runs: dict[str, Any]) -> None:
     assert API_KEY not in proxy["log"]
 
 
-def compactd(data: Path, *args: str) -> Any:
-    """`compactd ARGS --json` on the proxy's data dir, read."""
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name("compactd")), *args, "--json"],
-        env={**os.environ, "COMPACTD_DATA_DIR": str(data)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
 def test_stats_add_up_against_the_upstream_and_the_client(runs: dict[str, Any]) -> None:
     """What `compactd stats` says of both runs through the proxy: the upstream's own count of
     every request of Codex's, exactly; what Codex sent, within 5 % of the upstream's count of
     those very bodies; compactd's own calls one by one; nothing passed through unmanaged."""
     proxy = runs["proxy"]
     runs_seen = [proxy[f"{run}_seen"] for run in ("first", "resumed")]
-    totals = compactd(proxy["data"], "stats")["totals"]
+    totals = compactd_json(proxy["data"], "stats")["totals"]
     assert totals["upstreamInputTokens"] == sum(s["agent_input_tokens"] for s in runs_seen)
     assert totals["requests"] == sum(s["requests"] - s["calls_of_compactd"] for s in runs_seen)
     assert totals["compactdCalls"] == sum(s["calls_of_compactd"] for s in runs_seen)
@@ -222,9 +208,9 @@ def test_context_shows_the_last_request_as_the_proxy_sent_it(runs: dict[str, Any
     """`compactd context --json` of Codex's session: its last request as the proxy sent it,
     instructions and tools included, within 2 % of the upstream's count."""
     proxy = runs["proxy"]
-    sessions = compactd(proxy["data"], "stats")["sessions"]
+    sessions = compactd_json(proxy["data"], "stats")["sessions"]
     session = sessions[0]["sessionId"]  # the newest: the resumed run's
-    shown = compactd(proxy["data"], "context", session)
+    shown = compactd_json(proxy["data"], "context", session)
     last = proxy["resumed_seen"]["last_agent_prompt"]
     print("context total", shown["total"], "reported", shown["reported"], "upstream", last)
     assert shown["source"] == "proxy" and shown["window"] == WINDOW
