@@ -25,7 +25,7 @@ from tests.support.fake_anthropic import (
     compute_applied_edits,
     estimate_prompt_tokens,
 )
-from tests.support.proxy import TappedProxy
+from tests.support.proxy import TappedProxy, client_bodies
 from tests.support.scripted_agent import is_agent_summary, offers_bash
 
 pytestmark = pytest.mark.slow
@@ -131,12 +131,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             tally,
             CLAUDE.name,
         )
-    out["proxy"]["client_bodies"] = [
-        body
-        for proxy in tapped
-        for path, body in proxy.tap.bodies
-        if path.split("?")[0] == "/v1/messages"
-    ]
+    out["proxy"]["client_bodies"] = client_bodies(tapped, "/v1/messages")
     return out
 
 

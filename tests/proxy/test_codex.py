@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.agent_runs import both_ways, compactd_json
 from tests.support.fake_openai import FakeOpenAIProcess, responses_prompt
-from tests.support.proxy import TappedProxy
+from tests.support.proxy import TappedProxy, client_bodies
 from tests.support.scripted_agent import AGENT_SUMMARY_MARKERS
 
 pytestmark = pytest.mark.slow
@@ -140,12 +140,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             tally,
             CODEX.name,
         )
-    out["proxy"]["client_bodies"] = [
-        body
-        for proxy in tapped
-        for path, body in proxy.tap.bodies
-        if path.split("?")[0] == "/v1/responses"
-    ]
+    out["proxy"]["client_bodies"] = client_bodies(tapped, "/v1/responses")
     return out
 
 

@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 LISTENING = re.compile(r"compactd proxy listening on (http://127\.0\.0\.1:(\d+))")
@@ -117,3 +118,10 @@ class TappedProxy(ProxyProcess):
         if tap is not None:
             tap.stop()
         return super().stop()
+
+
+def client_bodies(proxies: list[TappedProxy], path: str) -> list[Any]:
+    """What clients sent to `path` through these proxies' taps, in order."""
+    return [
+        body for proxy in proxies for sent, body in proxy.tap.bodies if sent.split("?")[0] == path
+    ]
