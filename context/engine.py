@@ -700,12 +700,14 @@ class Engine:
         sent: int | None = None,
         applied_edits: list[dict[str, Any]] | None = None,
         durable: bool = True,
+        request: dict[str, Any] | None = None,
     ) -> tuple[float, int | None, int | None]:
         """Keep what the provider counted for the last rendered request; later estimates for
         this model are scaled by the observed ratio. Returns (ratio, reported, estimated).
 
         `estimated` is our count of what the model saw (after a server-side clear), `sent`
-        of the request as sent; without them, the last render's."""
+        of the request as sent; without them, the last render's. `request`: the request as a
+        front sent it (its model, window and panel), which `last_sent` gives back."""
         session = self.session(session_id)
         if estimated is None:
             last = self._last_estimate.get(session_id)
@@ -724,8 +726,19 @@ class Engine:
             data["reported"] = reported
         if applied_edits:
             data["appliedEdits"] = applied_edits
+        if request:
+            data["request"] = request
         session.add_records([{"kind": USAGE, "covers": [], "data": data}], durable=durable)
         return self.calibration(session).ratio(model), reported, estimated
+
+    def last_sent(self, session_id: str) -> dict[str, Any] | None:
+        """The last request a front recorded as it sent it (`record_usage`'s `request`), with
+        the provider's count of it; None for a session no front sent a request of."""
+        for record in reversed(self.session(session_id).graph.records):
+            request = record.data.get("request") if record.kind == USAGE else None
+            if isinstance(request, dict):
+                return {**request, "reported": record.data.get("reported")}
+        return None
 
     # ---- recall -------------------------------------------------------------------------------
 

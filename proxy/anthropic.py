@@ -20,6 +20,7 @@ import attrs
 import orjson
 
 from ..context.recall import TOOL_NAME as RECALL_TOOL
+from ..service.stats import Usage
 
 CLEAR_THINKING = "clear_thinking_20251015"
 PER_TURN_CONTROL = "per-turn-control-2026-07-01"
@@ -232,6 +233,19 @@ def prompt_tokens(usage: Mapping[str, Any]) -> int:
     return sum(
         int(usage.get(k) or 0)
         for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    )
+
+
+def counted(usage: Any) -> Usage | None:
+    """A Messages answer's `usage` in the stats' terms: uncached input, cache reads
+    (`cache_read_input_tokens`), cache writes (`cache_creation_input_tokens`), output."""
+    if not isinstance(usage, Mapping) or not isinstance(usage.get("input_tokens"), int):
+        return None
+    return Usage(
+        input=int(usage.get("input_tokens") or 0),
+        cache_read=int(usage.get("cache_read_input_tokens") or 0),
+        cache_write=int(usage.get("cache_creation_input_tokens") or 0),
+        output=int(usage.get("output_tokens") or 0),
     )
 
 

@@ -6,16 +6,21 @@ import argparse
 import asyncio
 import contextlib
 import ipaddress
+import json
 import logging
 import os
+import shlex
+import shutil
 import signal
 import sys
+from pathlib import Path
 
 import attrs
 from aiohttp import web
 
 from ..context.errors import CompactdError
 from ..context.secrets import scrub_logs
+from ..context.stores import default_data_dir
 from ..service import background
 from ..service.app import App
 from ..service.settings import settings_from
@@ -44,6 +49,7 @@ def proxy_settings(args: argparse.Namespace) -> ProxySettings:
         anthropic_upstream=args.anthropic_upstream,
         openai_upstream=args.openai_upstream,
         window=args.window,
+        stats=not getattr(args, "no_stats", False),
     )
 
 
@@ -78,6 +84,7 @@ def build(args: argparse.Namespace) -> tuple[App, Proxy]:
             session_id,
             model=settings.summary_model,
             timeout_seconds=timeout,
+            called=proxy.ledger.call,
         )
 
     app = App(ProxyFront(summarizer), settings)
@@ -85,7 +92,41 @@ def build(args: argparse.Namespace) -> tuple[App, Proxy]:
     return app, proxy
 
 
+SERVICE_NAME = "compactd-proxy.service"
+
+
+def service_unit(args: argparse.Namespace, argv: list[str]) -> str:
+    """A systemd user unit that runs this proxy (these options, this data dir) and restarts it
+    if it stops: the way to leave the proxy on."""
+    script = shutil.which("compactd")
+    command = [script] if script else [sys.executable, "-m", "compactd"]
+    options = [a for a in argv if a != "--print-service"]
+    data_dir = Path(args.data_dir).resolve() if args.data_dir else default_data_dir()
+    environment = f"Environment=COMPACTD_DATA_DIR={data_dir}\n"
+    if args.store:
+        environment = ""  # the URL holds a password: keep it in an EnvironmentFile instead
+    return (
+        "[Unit]\n"
+        "Description=compactd proxy: the context manager in front of your coding agents\n"
+        "After=network-online.target\n\n"
+        "[Service]\n"
+        f"ExecStart={shlex.join([*command, 'proxy', *options])}\n"
+        f"{environment}"
+        "Restart=on-failure\n\n"
+        "[Install]\n"
+        "WantedBy=default.target\n"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.print_service:
+        print(service_unit(args, sys.argv[sys.argv.index("proxy") + 1 :]), end="")
+        print(
+            f"# save as ~/.config/systemd/user/{SERVICE_NAME}, then: systemctl --user daemon-"
+            f"reload && systemctl --user enable --now {SERVICE_NAME}",
+            file=sys.stderr,
+        )
+        return 0
     level = (args.log_level or os.environ.get("COMPACTD_LOG_LEVEL") or "INFO").upper()
     logging.basicConfig(
         stream=sys.stderr, level=level, format="compactd %(levelname)s %(name)s: %(message)s"
@@ -128,6 +169,7 @@ async def serve(app: App, proxy: Proxy) -> int:
         await runner.cleanup()
         return 2
     port = runner.addresses[0][1] if runner.addresses else proxy.settings.port
+    beacon = _Beacon(app.settings.data_dir, f"http://{proxy.settings.host}:{port}")
     print(f"compactd proxy listening on http://{proxy.settings.host}:{port}", flush=True)
     print(f"  ANTHROPIC_BASE_URL=http://{proxy.settings.host}:{port}  (Claude Code)", flush=True)
     print(f'  base_url = "http://{proxy.settings.host}:{port}/v1"  (Codex)', flush=True)
@@ -142,5 +184,32 @@ async def serve(app: App, proxy: Proxy) -> int:
     finally:
         for task in tasks:
             task.cancel()
+        beacon.remove()
         await runner.cleanup()
+        await proxy.ledger.recorder.drain()  # the last requests' rows are written
     return 0
+
+
+class _Beacon:
+    """`proxy.json` in the data dir while the proxy runs: where `compactd claude` looks for a
+    proxy already serving these sessions (it asks that address's `/healthz` to be sure)."""
+
+    NAME = "proxy.json"
+
+    def __init__(self, data_dir: Path, url: str) -> None:
+        self.path = data_dir / self.NAME
+        self.pid = os.getpid()
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            temp = self.path.with_name(f".{self.NAME}.{self.pid}")
+            temp.write_text(json.dumps({"url": url, "pid": self.pid}))
+            temp.chmod(0o600)
+            temp.replace(self.path)
+        except OSError as exc:  # a hint for other commands, never a reason not to serve
+            log.info("cannot write %s: %s", self.path, exc.strerror)
+
+    def remove(self) -> None:
+        """Gone with the proxy, unless another proxy has written its own since."""
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(self.path.read_text()).get("pid") == self.pid:
+                self.path.unlink()

@@ -26,6 +26,7 @@ from aiohttp import web
 from ..context.decompose import Spec, from_anthropic, from_openai
 from ..context.recall import RECALL_TOOL
 from ..context.recall import TOOL_NAME as RECALL_NAME
+from ..service.stats import Usage
 from .anthropic import ApiError, invalid
 from .http import response_headers
 from .sse import Event, EventSplitter, encode
@@ -400,7 +401,7 @@ async def responses(proxy: Any, request: web.Request) -> web.StreamResponse:
     fixed, rest = split_instructions(items)
     messages = items_to_messages(rest)
     if not messages:
-        return await proxy._plain(request, body)
+        return await proxy._plain(request, body, "no conversation")
     instructions = [body.get("instructions") or "", *(_text(i.get("content")) for i in fixed)]
     turn = await _placed(
         proxy,
@@ -415,7 +416,7 @@ async def responses(proxy: Any, request: web.Request) -> web.StreamResponse:
         format="anthropic",
     )
     if turn is None:
-        return await proxy._plain(request, body)
+        return await proxy._plain(request, body, "history not kept")
     recall = proxy.recall_on(turn.placed)
     tools = body.get("tools") if isinstance(body.get("tools"), list) else []
 
@@ -454,7 +455,7 @@ async def chat_completions(proxy: Any, request: web.Request) -> web.StreamRespon
         n += 1
     fixed, rest = raw[:n], [_chat_system_turn(m) for m in raw[n:]]
     if not rest:
-        return await proxy._plain(request, body)
+        return await proxy._plain(request, body, "no conversation")
     stream = body.get("stream") is True
     turn = await _placed(
         proxy,
@@ -470,7 +471,7 @@ async def chat_completions(proxy: Any, request: web.Request) -> web.StreamRespon
         recall=False if stream else None,  # a streamed call cannot be held back here
     )
     if turn is None:
-        return await proxy._plain(request, body)
+        return await proxy._plain(request, body, "history not kept")
     recall = proxy.recall_on(turn.placed) and not stream
     tools = body.get("tools") if isinstance(body.get("tools"), list) else []
 
@@ -582,7 +583,10 @@ async def _exchange(
                         k: v for k, v in _headers(upstream).items() if k.lower() != "content-type"
                     },
                 )
-            await proxy.report(placed, model, rendered, relay.usage, None)
+            first, *follow_ups = relay.rounds or [None]
+            for used in follow_ups:
+                proxy.followed_up(placed, model, used)
+            await proxy.report(placed, model, rendered, relay.usage, None, counted=first)
             return response
     raise AssertionError("unreachable")
 
@@ -617,6 +621,7 @@ class StreamRelay:
         self.recall = recall
         self.usage: dict[str, Any] | None = None
         self.continuing = False
+        self.rounds: list[Usage | None] = []  # each upstream answer's usage, the stats' terms
 
     async def pump(self, upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> None:
         splitter = EventSplitter()
@@ -698,6 +703,7 @@ class ResponsesStream(StreamRelay):
         if kind in ("response.completed", "response.incomplete", "response.failed"):
             response = dict(data.get("response") or {})
             self.usage = _responses_usage(response.get("usage"))
+            self.rounds.append(responses_counted(response.get("usage")))
             self._completed = response
             if not self.output:  # the stream carried no item events: take the final output
                 self.output = list(response.get("output") or [])
@@ -744,6 +750,7 @@ class ResponsesStream(StreamRelay):
             i for i in self.output if not (self.recall and i.get("name") == RECALL_NAME)
         )
         self.usage = _responses_usage(message.get("usage"))
+        self.rounds.append(responses_counted(message.get("usage")))
         self._completed = message
 
     def answer(self) -> dict[str, Any]:
@@ -754,6 +761,33 @@ def _responses_usage(usage: Any) -> dict[str, Any] | None:
     if not isinstance(usage, dict) or not isinstance(usage.get("input_tokens"), int):
         return None
     return {"input_tokens": usage["input_tokens"]}
+
+
+def _cached(details: Any) -> int:
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return cached if isinstance(cached, int) else 0
+
+
+def _counted(usage: Any, prompt: str, details: str, output: str) -> Usage | None:
+    if not isinstance(usage, dict) or not isinstance(usage.get(prompt), int):
+        return None
+    cached = _cached(usage.get(details))
+    out = usage.get(output)
+    return Usage(
+        input=usage[prompt] - cached, cache_read=cached, output=out if isinstance(out, int) else 0
+    )
+
+
+def responses_counted(usage: Any) -> Usage | None:
+    """A Responses answer's usage in the stats' terms: `input_tokens` holds the cached ones
+    (`input_tokens_details.cached_tokens`); OpenAI bills no cache write."""
+    return _counted(usage, "input_tokens", "input_tokens_details", "output_tokens")
+
+
+def chat_counted(usage: Any) -> Usage | None:
+    """A Chat Completions answer's usage in the stats' terms (`prompt_tokens` holds
+    `prompt_tokens_details.cached_tokens`)."""
+    return _counted(usage, "prompt_tokens", "prompt_tokens_details", "completion_tokens")
 
 
 class ChatStream(StreamRelay):
@@ -769,6 +803,7 @@ class ChatStream(StreamRelay):
         data = event.data
         if isinstance(data, dict) and isinstance(data.get("usage"), dict):
             self.usage = _chat_usage(data["usage"])
+            self.rounds.append(chat_counted(data["usage"]))
         return event.raw
 
     def take(self, answer: dict[str, Any]) -> None:
@@ -776,6 +811,7 @@ class ChatStream(StreamRelay):
         message = dict((choices[0] or {}).get("message") or {})
         if self._answer is None:
             self.usage = _chat_usage(answer.get("usage"))
+        self.rounds.append(chat_counted(answer.get("usage")))
         self._message = message
         self._answer = answer
 

@@ -34,13 +34,16 @@ from ..context.tiers.reactive import parse_overflow
 from ..context.visibility import ViewOptions
 from ..service.app import App
 from ..service.compaction import render_with_cascade
+from ..service.stats import Recorder, RequestRow, Usage
 from . import anthropic as api
 from . import openai as oai
 from .history import match, request_fingerprints, sorted_specs
 from .http import HOP_BY_HOP, Upstream, response_headers
+from .page import Page
 from .recall import answer, as_note
 from .relay import Relay, follow_up_calls, mixed_recall_calls, visible_content
 from .sse import EventSplitter
+from .stats import Ledger
 from .summarizer import AUTH_HEADERS, RELAYED_HEADERS, Credentials
 
 log = logging.getLogger("compactd.proxy")
@@ -59,6 +62,7 @@ class ProxySettings:
     openai_upstream: str = "https://api.openai.com"
     window: int | None = None  # caps every request's window
     upstream_timeout_seconds: float = 600.0
+    stats: bool = True  # record each request in the request log (`compactd stats`)
 
 
 @attrs.frozen
@@ -82,6 +86,21 @@ class Proxy:
         self._http: aiohttp.ClientSession | None = None
         self._answered_at: dict[str, float] = {}  # upstream -> when it last answered
         self.counts = {"requests": 0, "upstream_errors": 0, "overflow_retries": 0}
+        recorder = Recorder(
+            app.engine.store, lambda fn: app.work.run(None, fn), enabled=settings.stats
+        )
+        self.ledger = Ledger(app.engine, recorder)
+        self.page = Page(
+            app,
+            recorder,
+            health={
+                "service": "compactd proxy",
+                "store": app.engine.store.location,
+                "anthropicUpstream": settings.anthropic_upstream,
+                "openaiUpstream": settings.openai_upstream,
+                "window": settings.window,
+            },
+        )
 
     # ---- the application ------------------------------------------------------------------
 
@@ -96,6 +115,7 @@ class Proxy:
         web_app.router.add_post("/v1/responses", self.responses)
         web_app.router.add_get("/v1/models", self.models)
         web_app.router.add_get("/v1/models/{model}", self.models)
+        self.page.routes(web_app)  # the page at the root, its API, and /healthz
         web_app.router.add_route("*", "/{tail:.*}", self.unknown)
         web_app.on_cleanup.append(self._close)
         return web_app
@@ -168,7 +188,7 @@ class Proxy:
             api.session_key(request.headers, body), req.messages, request, req.model
         )
         if placed is None:  # the history could not be kept: send it on as the client wrote it
-            return await self._plain(request, body)
+            return await self._plain(request, body, "history not kept")
         params = self._params(
             req.model,
             req.max_tokens,
@@ -280,6 +300,7 @@ class Proxy:
         """Put the request's history into its session: the new tail appended to the branch it
         extends, or to a branch forked where the client's history leaves the session's."""
         sid = _session_id(key)
+        request[SESSION] = sid
         try:
             specs = sorted_specs(decompose(messages))
         except InvalidContent as exc:
@@ -379,9 +400,10 @@ class Proxy:
     ) -> Rendered:
         self.app.last_params[placed.session_id] = params
         reported = overflow or self.engine.take_overflow(placed.session_id)
-        rendered, _events = await render_with_cascade(  # each applied one is logged
+        rendered, events = await render_with_cascade(  # each applied one is logged
             self.app, placed.session_id, params, None, reported, None
         )
+        self.ledger.rendered(placed.session_id, placed.branch, events)
         return rendered
 
     async def _rerender(
@@ -404,27 +426,59 @@ class Proxy:
         rendered: Rendered,
         usage: dict[str, Any] | None,
         applied_edits: list[dict[str, Any]] | None,
+        *,
+        counted: Usage | None = None,
     ) -> None:
-        """The provider's count of the request compactd rendered (calibration for the next)."""
-        if not usage:
-            return
-        clean = {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+        """The provider's count of the request compactd rendered (calibration for the next),
+        with the request as sent (what `compactd context` shows), and the request's row in
+        the stats (`counted`: the provider's usage in the stats' terms)."""
+        clean = {
+            k: v for k, v in (usage or {}).items() if isinstance(v, int) and not isinstance(v, bool)
+        }
+        params = self.app.last_params.get(placed.session_id)
+
+        def work() -> RequestRow | None:
+            if clean:
+                self.engine.record_usage(
+                    placed.session_id,
+                    model,
+                    clean,
+                    estimated=rendered.estimate,
+                    sent=rendered.sent_estimate,
+                    applied_edits=applied_edits or None,
+                    durable=False,
+                    request=self.ledger.panel(rendered),
+                )
+            if params is None:
+                return None
+            session = self.app.session(placed.session_id)
+            cleared = sum(_int(e.get("cleared_input_tokens")) for e in applied_edits or [])
+            return self.ledger.request(
+                session,
+                placed.branch,
+                params,
+                rendered,
+                wire=self.wire_of(placed),
+                usage=counted,
+                cleared=cleared,
+            )
+
         async with self.app.registry.lock(placed.session_id):
             try:
-                await self.app.work.run(
-                    placed.session_id,
-                    lambda: self.engine.record_usage(
-                        placed.session_id,
-                        model,
-                        clean,
-                        estimated=rendered.estimate,
-                        sent=rendered.sent_estimate,
-                        applied_edits=applied_edits or None,
-                        durable=False,
-                    ),
-                )
+                row = await self.app.work.run(placed.session_id, work)
             except CompactdError as exc:
                 log.warning("session %s: usage not recorded: %s", placed.session_id, exc)
+                return
+        self.ledger.take(row)
+
+    def wire_of(self, placed: Placed) -> str:
+        """The API the session's latest request came through (`anthropic`, `responses`, `chat`)."""
+        held = self.credentials.get(placed.session_id)
+        return held.api if held is not None else "anthropic"
+
+    def followed_up(self, placed: Placed, model: str, usage: Usage | None) -> None:
+        """A request the proxy made itself to answer `compactd_recall`: compactd's call."""
+        self.ledger.call(placed.session_id, "recall", model, self.wire_of(placed), usage)
 
     # ---- Anthropic requests ---------------------------------------------------------------
 
@@ -475,11 +529,13 @@ class Proxy:
                     )
                     break
                 await _relay_stream(follow, relay, response)
+            self.followed_up(placed, req.model, api.counted(relay.assembly.usage))
         self._keep_mixed(placed, relay.assembly.content, relay.recall)
         await response.write_eof()
         first = relay.reported
         applied = (first.context_management or {}).get("applied_edits")
-        await self.report(placed, req.model, rendered, first.usage, applied)
+        counted = api.counted(first.usage)
+        await self.report(placed, req.model, rendered, first.usage, applied, counted=counted)
         return response
 
     async def _json_anthropic(
@@ -513,10 +569,13 @@ class Proxy:
                     break
                 message = orjson.loads(await follow.read())
                 content = [*content, *(message.get("content") or [])]
+            self.followed_up(placed, req.model, api.counted(message.get("usage")))
         self._keep_mixed(placed, content, recall)
         answer_body = {**message, "content": visible_content(content, recall)}
         applied = (first.get("context_management") or {}).get("applied_edits")
-        await self.report(placed, req.model, rendered, first.get("usage"), applied)
+        usage = first.get("usage")
+        counted = api.counted(usage)
+        await self.report(placed, req.model, rendered, usage, applied, counted=counted)
         return web.json_response(
             answer_body, status=200, dumps=_dumps, headers=response_headers(upstream, json=True)
         )
@@ -606,13 +665,14 @@ class Proxy:
             data = orjson.dumps(body)
         return Upstream(self.http, method, url, headers, data, lambda: self.answered(base))
 
-    async def _plain(self, request: web.Request, body: Any) -> web.StreamResponse:
-        """A request the proxy could not manage, sent on unchanged and relayed as it comes."""
-        base = (
-            self.settings.openai_upstream
-            if oai.is_openai_path(request.path)
-            else self.settings.anthropic_upstream
-        )
+    async def _plain(self, request: web.Request, body: Any, reason: str) -> web.StreamResponse:
+        """A request the proxy could not manage, sent on unchanged and relayed as it comes;
+        counted in the stats with `reason`."""
+        openai_path = oai.is_openai_path(request.path)
+        base = self.settings.openai_upstream if openai_path else self.settings.anthropic_upstream
+        wire = ("chat" if "chat" in request.path else "responses") if openai_path else "anthropic"
+        model = body.get("model") if isinstance(body, dict) else None
+        self.ledger.passed(request.get(SESSION), _agent(request), wire, model, reason)
         async with self._send("POST", base, request, body, {}) as upstream:
             response = web.StreamResponse(
                 status=upstream.status, headers=response_headers(upstream)
@@ -651,6 +711,10 @@ def error_response(exc: api.ApiError, openai_path: bool) -> web.Response:
     return web.json_response(body, status=exc.status, dumps=_dumps)
 
 
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
@@ -678,7 +742,9 @@ def _overflow(status: int, data: bytes) -> Any:
     return parse_overflow(status, message)
 
 
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_AGENT_UNSAFE = re.compile(r"[^A-Za-z0-9_./-]")
+SESSION = "compactd.session"
+"""Where a request's session id is kept on the request, once known (for its stats row)."""
 
 
 def _session_id(key: str) -> str:
@@ -706,7 +772,9 @@ def _relayed(headers: Any) -> dict[str, str]:
 
 
 def _agent(request: web.Request) -> str:
-    return _SAFE.sub("", request.headers.get("user-agent", "")[:60].replace(" ", "_"))
+    """The client, by its user agent's first product (`claude-cli/2.1.5`, `codex_exec/0.171`)."""
+    product = request.headers.get("user-agent", "").split(" ", 1)[0][:60]
+    return _AGENT_UNSAFE.sub("", product)
 
 
 def _message_count(messages: list[dict[str, Any]], specs: list[Spec], shared: int) -> int:

@@ -9,7 +9,7 @@ idle session after a restart says the provider is unavailable until the client i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -17,6 +17,10 @@ from anthropic import Omit
 
 from ..context.summarizer.types import SummaryFailure, SummaryRequest, SummaryResult
 from ..service.providers.anthropic_provider import AnthropicSummaryProvider
+from ..service.stats import Usage
+
+Called = Callable[[str, str, str, str, Usage | None, bool], None]
+"""Told of each call: (session, purpose, model, wire, usage, whether it gave a summary)."""
 
 AUTH_HEADERS = ("x-api-key", "authorization")
 """The headers that carry a client's credentials: relayed upstream and nowhere else."""
@@ -45,14 +49,37 @@ class UpstreamSummarizer:
         *,
         model: str | None,
         timeout_seconds: float,
+        called: Called | None = None,
     ) -> None:
         self.upstream = upstream
         self.credentials = credentials
         self.session_id = session_id
         self.model = model
         self.timeout_seconds = timeout_seconds
+        self.called = called
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        """One summary call, told to `called` (the proxy's stats) with its usage."""
+        held = self.credentials.get(self.session_id)
+        model = self.model or (held.model if held is not None else "")
+        wire = held.api if held is not None else "anthropic"
+        try:
+            result = await self._summarize(request)
+        except SummaryFailure as failure:
+            if self.called is not None and failure.kind not in ("unavailable", "timeout"):
+                self.called(self.session_id, request.purpose, model, wire, None, False)
+            raise
+        if self.called is not None:
+            usage = Usage(
+                input=result.input_tokens,
+                cache_read=result.cache_read_input_tokens,
+                cache_write=result.cache_creation_input_tokens,
+                output=result.output_tokens,
+            )
+            self.called(self.session_id, request.purpose, result.model or model, wire, usage, True)
+        return result
+
+    async def _summarize(self, request: SummaryRequest) -> SummaryResult:
         held = self.credentials.get(self.session_id)
         if held is None:
             raise SummaryFailure(

@@ -50,9 +50,10 @@ def nodes_of(data: Path, session_id: str) -> list[dict[str, Any]]:
 
 
 def snapshot(data: Path) -> dict[str, bytes]:
-    """Every file of a data dir, for "nothing was written" checks."""
+    """Every file of a data dir, for "nothing was written" checks (but the running proxy's
+    own address, `proxy.json`, which is there while it runs)."""
     return {
         str(p.relative_to(data)): p.read_bytes()
         for p in sorted(data.rglob("*"))
-        if p.is_file() and not p.name.endswith(".lock")
+        if p.is_file() and not p.name.endswith(".lock") and p.name != "proxy.json"
     }

@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from tests.support.agent_runs import both_ways
+from tests.support.agent_runs import both_ways, compactd_json
 from tests.support.fake_anthropic import (
     FakeAnthropicProcess,
     compute_applied_edits,
     estimate_prompt_tokens,
 )
-from tests.support.proxy import ProxyProcess
+from tests.support.proxy import TappedProxy, client_bodies
 from tests.support.scripted_agent import is_agent_summary, offers_bash
 
 pytestmark = pytest.mark.slow
@@ -68,10 +68,16 @@ def seen(body: dict[str, Any]) -> int:
     return estimate_prompt_tokens(body) - cleared
 
 
+def from_claude(request: dict[str, Any]) -> bool:
+    """Claude Code's own request (compactd's summary calls come from its SDK)."""
+    return request["headers"].get("user-agent", "").startswith("claude-cli/")
+
+
 def tally(requests: list[dict[str, Any]]) -> dict[str, Any]:
     """What the upstream saw of one run."""
     messages = [r for r in requests if r["path"] == "/v1/messages"]
     answered = [r for r in messages if r["status"] == 200]
+    claude = [r for r in answered if from_claude(r)]
     edits = [  # of the agent's own requests (compactd's summary calls carry none)
         [e["type"] for e in (r["body"].get("context_management") or {}).get("edits", [])]
         for r in messages
@@ -94,6 +100,10 @@ def tally(requests: list[dict[str, Any]]) -> dict[str, Any]:
         "input_tokens": sum(seen(r["body"]) for r in answered),
         "agent_summaries": sum(is_agent_summary(r["body"]) for r in messages),
         "agent_steps": sum(offers_bash(r["body"]) for r in answered),
+        # what the upstream reported of Claude Code's requests, and of its last one
+        "agent_input_tokens": sum(max(1, seen(r["body"])) for r in claude),
+        "last_agent_prompt": max(1, seen(claude[-1]["body"])) if claude else 0,
+        "calls_of_compactd": sum(not from_claude(r) for r in messages),
     }
 
 
@@ -105,16 +115,24 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         pytest.fail(f"{CLAUDE} is missing: `make agents` installs the pinned CLIs")
     base = tmp_path_factory.mktemp("claude")
     script = {"default": {"kind": "agent", "steps": STEPS, "lines": LINES}}
+    tapped: list[TappedProxy] = []
+
+    def proxy(data: Path, url: str) -> TappedProxy:
+        tapped.append(TappedProxy(data, anthropic=url, window=WINDOW))
+        return tapped[-1]
+
     with FakeAnthropicProcess(script={**script, "context_window": WINDOW}) as fake:
-        return both_ways(
+        out = both_ways(
             base,
             fake,
-            lambda data, url: ProxyProcess(data, anthropic=url, window=WINDOW),
+            proxy,
             run_claude,
             lambda first: ("--resume", first["session_id"]),
             tally,
             CLAUDE.name,
         )
+    out["proxy"]["client_bodies"] = client_bodies(tapped, "/v1/messages")
+    return out
 
 
 def test_straight_to_the_upstream_the_session_overflows_or_claude_code_compacts_it(
@@ -183,3 +201,35 @@ def test_the_session_is_compactd_s_and_the_key_is_never_written(runs: dict[str, 
         rf"session {re.escape(session_id)}: microcompact applied \([\d,]+ → [\d,]+ tokens\)",
         proxy["log"],
     ), proxy["log"]
+
+
+def test_stats_add_up_against_the_upstream_and_the_client(runs: dict[str, Any]) -> None:
+    """What `compactd stats` says of both runs through the proxy: the upstream's own count of
+    every request of Claude Code's, exactly; what Claude Code sent, within 5 % of the
+    upstream's count of those very bodies (sent straight, they would count that); compactd's
+    own calls one by one; nothing passed through unmanaged; a saving, in money too."""
+    proxy = runs["proxy"]
+    runs_seen = [proxy[f"{run}_seen"] for run in ("first", "resumed")]
+    totals = compactd_json(proxy["data"], "stats")["totals"]
+    assert totals["upstreamInputTokens"] == sum(s["agent_input_tokens"] for s in runs_seen)
+    assert totals["requests"] == sum(s["requests"] - s["calls_of_compactd"] for s in runs_seen)
+    assert totals["compactdCalls"] == sum(s["calls_of_compactd"] for s in runs_seen)
+    assert totals["passedThrough"] == 0
+    client = sum(max(1, seen(body)) for body in proxy["client_bodies"])
+    print("clientInputTokens", totals["clientInputTokens"], "upstream's count", client)
+    assert abs(totals["clientInputTokens"] - client) <= 0.05 * client
+    assert totals["savedInputTokens"] > 0 and totals["savedUsd"] > 0
+
+
+def test_context_shows_the_last_request_as_the_proxy_sent_it(runs: dict[str, Any]) -> None:
+    """`compactd context --json` of the session: the last request the proxy sent, system
+    prompt and tools included, at the window it used, within 2 % of the upstream's count."""
+    proxy = runs["proxy"]
+    session = proxy["resumed"]["session_id"]
+    shown = compactd_json(proxy["data"], "context", session)
+    last = proxy["resumed_seen"]["last_agent_prompt"]
+    print("context total", shown["total"], "reported", shown["reported"], "upstream", last)
+    assert shown["source"] == "proxy" and shown["window"] == WINDOW
+    assert shown["categories"]["system"] > 0 and shown["categories"]["tools"] > 0
+    assert shown["reported"] == last
+    assert abs(shown["total"] - last) <= 0.02 * last

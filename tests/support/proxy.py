@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 LISTENING = re.compile(r"compactd proxy listening on (http://127\.0\.0\.1:(\d+))")
@@ -97,3 +98,30 @@ class ProxyProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class TappedProxy(ProxyProcess):
+    """A proxy with a recording tap in front: clients talk to the tap (`base_url`), and
+    `tap.bodies` holds every body they sent, before the proxy changed anything."""
+
+    def start(self, timeout: float = 30.0) -> TappedProxy:
+        from tests.support.tap import Tap
+
+        super().start(timeout)
+        self.proxy_url = self.base_url
+        self.tap = Tap(self.proxy_url).start()
+        self.base_url = self.tap.base_url
+        return self
+
+    def stop(self) -> int | None:
+        tap = getattr(self, "tap", None)
+        if tap is not None:
+            tap.stop()
+        return super().stop()
+
+
+def client_bodies(proxies: list[TappedProxy], path: str) -> list[Any]:
+    """What clients sent to `path` through these proxies' taps, in order."""
+    return [
+        body for proxy in proxies for sent, body in proxy.tap.bodies if sent.split("?")[0] == path
+    ]
