@@ -557,6 +557,22 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not offer the model compactd_recall (the proxy answers it by default)",
     )
+    parser.add_argument(
+        "--upstream-idle-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="give up a streamed answer the upstream falls silent in for this long; the "
+        "client gets the API's error event (default 300)",
+    )
+    parser.add_argument(
+        "--client-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="close a connection whose request headers, or refuse a request whose body, "
+        "have not arrived in this long (default 120)",
+    )
 
 
 def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

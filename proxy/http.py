@@ -1,11 +1,15 @@
 """The proxy's side of HTTP: which headers are the connection's own (never relayed), the
-upstream's headers a client sees, and one upstream request as a context manager."""
+upstream's headers a client sees, one upstream request as a context manager, an upstream's
+answer read whole (a reset is the API's 502, never a traceback), and the upstream's refusals."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import aiohttp
+import orjson
+from aiohttp import web
 
 from .anthropic import ApiError
 
@@ -74,3 +78,45 @@ class Upstream:
 
     async def __aexit__(self, *exc: object) -> None:
         await self._cm.__aexit__(*exc)
+
+
+class UpstreamRefusal(ApiError):
+    """The upstream's own error answer (its status, body and headers): relayed as it came to
+    a client still waiting for a status, or in the client's stream as that wire reports an
+    error (each wire reads the body in its own shape, `own_body`)."""
+
+    def __init__(self, status: int, raw: bytes, headers: dict[str, str]) -> None:
+        super().__init__(status, "api_error", f"the upstream refused the request ({status})")
+        self.raw = raw
+        self.headers = headers
+
+    def own_body(self) -> Any:
+        try:
+            return orjson.loads(self.raw)
+        except orjson.JSONDecodeError:
+            return None
+
+
+async def read_whole(upstream: aiohttp.ClientResponse) -> bytes:
+    """An upstream's whole answer; one that breaks off on the way is the API's 502."""
+    try:
+        return await upstream.read()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise ApiError(
+            502,
+            "api_error",
+            f"compactd's proxy lost the upstream's answer on the way ({type(exc).__name__})",
+        ) from None
+
+
+async def refusal(upstream: aiohttp.ClientResponse) -> UpstreamRefusal:
+    """The upstream's error answer, read, as the exception that relays it."""
+    return UpstreamRefusal(
+        upstream.status, await read_whole(upstream), response_headers(upstream, json=False)
+    )
+
+
+def client_gone(request: web.BaseRequest) -> bool:
+    """The client closed its connection (it will read nothing more)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()

@@ -1,23 +1,224 @@
-"""An Anthropic message stream on its way to the client: forwarded event by event as it arrives,
-while the proxy assembles the message (its usage, the context edits the provider applied, its
-calls) and holds back the one thing the client must not see — a `compactd_recall` call, which
-the proxy answers itself.
+"""Answers on their way to the client, and what the proxy does when one breaks.
 
-When a message calls nothing but `compactd_recall`, its end is held too: the proxy asks the
-upstream again with the answers, and the next stream continues the same message for the client
-(its `message_start` dropped, its blocks numbered on from the first one's), so the client sees
-one answer. Thinking blocks and their signatures pass through byte for byte.
+Every wire's answer goes the same way (`relay_answer`, `whole_answer`): relayed as it arrives,
+the calls to `compactd_recall` held back and answered by the proxy, which asks the upstream
+again (at most `MAX_FOLLOW_UPS` rounds), the client seeing one answer. An answer that breaks —
+a reset, a silence longer than the idle bound, an event that is not JSON, a stream that ends
+before its last event, a follow-up the upstream refuses, a model that keeps recalling — reaches
+the client as a failure in its API's own shape: a status (502, or the upstream's own refusal)
+while the client still waits for one, else the wire's error event, so its SDK raises and the
+agent retries instead of taking half an answer for a whole one. A failed answer records
+nothing in its session. Each wire's relay (`Relay` here for the Messages API, `ChatStream` and
+`ResponsesStream` in `openai`) says what its client sees of each event, when its answer has
+ended, and how it reports a failure.
+
+The Messages API's stream: forwarded event by event while the proxy assembles the message (its
+usage, the context edits the provider applied, its calls). When a message calls nothing but
+`compactd_recall`, its end is held: the next stream continues the same message for the client
+(its `message_start` dropped, its blocks numbered on from the first one's). Thinking blocks and
+their signatures pass through byte for byte.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
-from typing import Any
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
+import aiohttp
 import orjson
+from aiohttp import web
 
 from ..context.recall import TOOL_NAME as RECALL_TOOL
-from .sse import Event, encode
+from ..context.secrets import scrub
+from .anthropic import ApiError, error_event
+from .http import read_whole, refusal
+from .sse import Event, EventSplitter, encode
+
+log = logging.getLogger("compactd.proxy")
+
+MAX_FOLLOW_UPS = 3
+"""Recall rounds one client request may take (the model asking again and again is a loop)."""
+FINISHED = "compactd.finished"
+"""Set on a request once its client has the whole answer (or its failure): a client that
+leaves after that lost nothing."""
+
+Send = Callable[[dict[str, Any]], AbstractAsyncContextManager[aiohttp.ClientResponse]]
+NextBody = Callable[[dict[str, Any], list[dict[str, Any]]], dict[str, Any]]
+
+
+class StreamedRelay(Protocol):
+    """What each wire's stream relay tells the driver."""
+
+    ended: bool  # this upstream stream reached its last event (held back or not)
+    failed: bool  # the upstream reported a failure in it (relayed to the client)
+
+    def event(self, event: Event) -> bytes | None: ...
+    def follow_up_calls(self) -> list[dict[str, Any]]: ...
+    def continue_with_next_stream(self) -> None: ...
+    def failure(self, exc: ApiError) -> bytes: ...
+
+
+class WholeRelay(Protocol):
+    """What each wire's relay of a whole (non-streamed) answer tells the driver."""
+
+    def take(self, answer: dict[str, Any]) -> None: ...
+    def follow_up_calls(self) -> list[dict[str, Any]]: ...
+
+
+class ClientStream:
+    """The client's streamed answer. Its status and headers go out with its first bytes, so an
+    upstream that breaks before then is still answered with an error status."""
+
+    def __init__(self, request: web.Request, headers: dict[str, str]) -> None:
+        self.request = request
+        self.response = web.StreamResponse(status=200, headers=headers)
+        self.started = False
+
+    async def write(self, data: bytes) -> None:
+        if not self.started:
+            self.started = True
+            await self.response.prepare(self.request)
+        await self.response.write(data)
+
+    async def end(self) -> web.StreamResponse:
+        """The stream's end; a client that has gone by now had everything it was sent."""
+        self.request[FINISHED] = True
+        try:
+            if not self.started:
+                self.started = True
+                await self.response.prepare(self.request)
+            await self.response.write_eof()
+        except ConnectionResetError:
+            log.debug("the client closed its connection at the end of its answer")
+        return self.response
+
+
+def broke(message: str) -> ApiError:
+    return ApiError(502, "api_error", f"compactd's proxy gave up the upstream's answer: {message}")
+
+
+def recall_loop() -> ApiError:
+    return broke(
+        f"the model called compactd_recall in {MAX_FOLLOW_UPS} rounds in a row without answering"
+    )
+
+
+async def chunks(upstream: aiohttp.ClientResponse, idle: float) -> AsyncIterator[bytes]:
+    """The upstream's bytes as they come; a reset, or a silence longer than `idle` seconds, is
+    an `ApiError` (a stream the upstream keeps alive sends pings well within it)."""
+    while True:
+        try:
+            async with asyncio.timeout(idle):
+                chunk = await upstream.content.readany()
+        except TimeoutError:
+            raise broke(f"the upstream sent nothing for {idle:g} s") from None
+        except aiohttp.ClientError as exc:
+            raise broke(f"the connection broke off ({type(exc).__name__})") from None
+        if not chunk:
+            return
+        yield chunk
+
+
+async def pump(
+    upstream: aiohttp.ClientResponse, relay: StreamedRelay, client: ClientStream, idle: float
+) -> None:
+    """One upstream stream through `relay` to the client, to its last event (else `ApiError`)."""
+    splitter = EventSplitter()
+    async for chunk in chunks(upstream, idle):
+        for event in splitter.feed(chunk):
+            if event.malformed:
+                raise broke("the upstream sent an event that is not JSON")
+            out = relay.event(event)
+            if out:
+                await client.write(out)
+    if not relay.ended:
+        raise broke("the upstream's stream ended before its last event")
+    rest = splitter.rest()
+    if rest.strip():
+        await client.write(rest)
+
+
+async def relay_answer(
+    client: ClientStream,
+    relay: StreamedRelay,
+    upstream: aiohttp.ClientResponse,
+    body: dict[str, Any],
+    next_body: NextBody,
+    send: Send,
+    idle: float,
+) -> bool:
+    """A streamed answer to the client, recall rounds included. True when it ended as the
+    upstream meant it to; False when the client got a failure instead (the upstream's own
+    error event, or the proxy's). A failure before the client's first byte is raised (the
+    client then gets it as an error status)."""
+    try:
+        await pump(upstream, relay, client, idle)
+        rounds = 0
+        while not relay.failed and (calls := relay.follow_up_calls()):
+            if rounds == MAX_FOLLOW_UPS:
+                raise recall_loop()
+            rounds += 1
+            body = next_body(body, calls)
+            relay.continue_with_next_stream()
+            async with send(body) as follow:
+                if follow.status != 200:
+                    raise await refusal(follow)
+                await pump(follow, relay, client, idle)
+    except ApiError as exc:
+        if not client.started:
+            raise
+        log.warning("%s %s: %s", client.request.method, client.request.path, exc.message)
+        await client.write(relay.failure(exc))
+        return False
+    return not relay.failed
+
+
+async def answer_json(upstream: aiohttp.ClientResponse) -> dict[str, Any]:
+    """A whole answer's JSON object (one that is not JSON is the upstream's fault: a 502)."""
+    data = await read_whole(upstream)
+    try:
+        answer = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise broke("the upstream's answer is not a JSON object")
+    return answer
+
+
+async def whole_answer(
+    relay: WholeRelay,
+    upstream: aiohttp.ClientResponse,
+    body: dict[str, Any],
+    next_body: NextBody,
+    send: Send,
+) -> None:
+    """A whole answer, recall rounds included, into `relay`; a broken or refused round is
+    raised (the client gets its status)."""
+    relay.take(await answer_json(upstream))
+    rounds = 0
+    while calls := relay.follow_up_calls():
+        if rounds == MAX_FOLLOW_UPS:
+            raise recall_loop()
+        rounds += 1
+        body = next_body(body, calls)
+        async with send(body) as follow:
+            if follow.status != 200:
+                raise await refusal(follow)
+            relay.take(await answer_json(follow))
+
+
+def scrubbed(raw: bytes) -> bytes:
+    """An upstream error event without any secret the proxy holds (one may echo the key)."""
+    text = raw.decode("utf-8", "replace")
+    clean = scrub(text)
+    return raw if clean == text else clean.encode()
+
+
+# ---- the Messages API ----------------------------------------------------------------------
 
 
 class Assembly:
@@ -98,6 +299,8 @@ class Relay:
         self.continuing = False  # a follow-up stream: the client has its message_start
         self.assembly = Assembly()
         self.first: Assembly | None = None  # the first stream's message (what usage is of)
+        self.ended = False
+        self.failed = False
         self._index: dict[int, int | None] = {}  # upstream index -> the client's, None: held
         self._holding_end = False
 
@@ -108,6 +311,11 @@ class Relay:
             return event.raw
         self.assembly.apply(data)
         kind = data.get("type")
+        if kind == "message_stop":
+            self.ended = True
+        elif kind == "error":
+            self.ended = self.failed = True
+            return scrubbed(event.raw)
         if kind == "message_start":
             return None if self.continuing else event.raw
         if kind in ("content_block_start", "content_block_delta", "content_block_stop"):
@@ -142,6 +350,10 @@ class Relay:
         self._index = {}
         self._holding_end = False
         self.continuing = True
+        self.ended = False
+
+    def failure(self, exc: ApiError) -> bytes:
+        return error_event(exc)
 
     @property
     def reported(self) -> Assembly:
@@ -169,3 +381,26 @@ def mixed_recall_calls(content: list[dict[str, Any]], recall: bool) -> list[dict
 def visible_content(content: list[dict[str, Any]], recall: bool) -> list[dict[str, Any]]:
     """A non-streamed message's content as the client gets it (no `compactd_recall` calls)."""
     return [b for b in content if not (recall and is_recall_call(b))]
+
+
+class WholeMessage:
+    """A whole (non-streamed) Messages answer across its recall rounds: the first message's
+    usage, every round's content, the last round's fields."""
+
+    def __init__(self, *, recall: bool) -> None:
+        self.recall = recall
+        self.first: dict[str, Any] = {}
+        self.latest: dict[str, Any] = {}
+        self.content: list[dict[str, Any]] = []
+
+    def take(self, message: dict[str, Any]) -> None:
+        if not self.first:
+            self.first = message
+        self.latest = message
+        self.content += list(message.get("content") or [])
+
+    def follow_up_calls(self) -> list[dict[str, Any]]:
+        return follow_up_calls(self.latest.get("content") or [], self.recall)
+
+    def answer(self) -> dict[str, Any]:
+        return {**self.latest, "content": visible_content(self.content, self.recall)}
