@@ -391,7 +391,11 @@ class FakeOpenAI:
         compaction item standing for everything else."""
         items = body.get("input") if isinstance(body.get("input"), list) else []
         kept = [
-            i
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": text} for text in _item_texts([i])],
+            }
             for i in items
             if isinstance(i, dict) and i.get("type", "message") == "message"
             if i.get("role") == "user"
