@@ -26,7 +26,13 @@ from yarl import URL
 from ..context.budget import make_budget, model_spec
 from ..context.decompose import Spec, from_anthropic
 from ..context.engine import RenderParams
-from ..context.errors import CompactdError, InvalidContent, InvalidGraph, InvalidPairing
+from ..context.errors import (
+    CompactdError,
+    InvalidContent,
+    InvalidGraph,
+    InvalidPairing,
+    StoreFailure,
+)
 from ..context.render.request import Rendered, RequestSpec
 from ..context.secrets import hold, scrub
 from ..context.session import Session
@@ -153,6 +159,10 @@ class Proxy:
                 api.ApiError(413, "request_too_large", "the request body is too large"),
                 openai_path,
             )
+        except StoreFailure as exc:  # the proxy's trouble (a full disk, no descriptors left)
+            log.warning("%s %s: the store failed: %s", request.method, request.path, exc)
+            failure = api.ApiError(500, "api_error", f"compactd's proxy could not keep it: {exc}")
+            return _scrubbed(error_response(failure, openai_path))
         except CompactdError as exc:
             log.warning("refused a request: %s", exc)
             return _scrubbed(error_response(api.invalid(str(exc)), openai_path))
