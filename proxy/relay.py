@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
@@ -71,30 +71,68 @@ class WholeRelay(Protocol):
 
 class ClientStream:
     """The client's streamed answer. Its status and headers go out with its first bytes, so an
-    upstream that breaks before then is still answered with an error status."""
+    upstream that breaks before then is still answered with an error status. Once the client
+    has its whole answer (`finish`), it may leave — Codex hangs up on `response.completed` —
+    and what is left (reading the upstream to its end, the usage) is the proxy's own: neither
+    its handler's cancellation nor a closed connection stops it then."""
 
     def __init__(self, request: web.Request, headers: dict[str, str]) -> None:
         self.request = request
         self.response = web.StreamResponse(status=200, headers=headers)
         self.started = False
+        self.gone = False  # the client left after its whole answer
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.request.get(FINISHED))
+
+    def finish(self) -> None:
+        self.request[FINISHED] = True
 
     async def write(self, data: bytes) -> None:
-        if not self.started:
-            self.started = True
-            await self.response.prepare(self.request)
-        await self.response.write(data)
-
-    async def end(self) -> web.StreamResponse:
-        """The stream's end; a client that has gone by now had everything it was sent."""
-        self.request[FINISHED] = True
+        if self.gone:
+            return
         try:
             if not self.started:
                 self.started = True
                 await self.response.prepare(self.request)
-            await self.response.write_eof()
-        except ConnectionResetError:
-            log.debug("the client closed its connection at the end of its answer")
+            await self.response.write(data)
+        except (ConnectionResetError, asyncio.CancelledError) as exc:
+            self._let_go(exc)
+
+    async def outlast(self, read: Callable[[], Awaitable[bytes]]) -> bytes:
+        """`read()`, again if the client leaves after its whole answer meanwhile."""
+        while True:
+            try:
+                return await read()
+            except asyncio.CancelledError as exc:
+                self._let_go(exc)
+
+    async def end(self) -> web.StreamResponse:
+        self.finish()
+        try:
+            if not self.started:
+                self.started = True
+                await self.response.prepare(self.request)
+            if not self.gone:
+                await self.response.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError) as exc:
+            self._let_go(exc)
         return self.response
+
+    def _let_go(self, exc: BaseException) -> None:
+        """A client gone after its whole answer is let go; before, its going is raised."""
+        if not self.finished:
+            raise exc
+        if isinstance(exc, asyncio.CancelledError):
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+        if not self.gone:
+            log.debug(
+                "%s %s: the client left after its answer", self.request.method, self.request.path
+            )
+        self.gone = True
 
 
 def broke(message: str) -> ApiError:
@@ -107,20 +145,16 @@ def recall_loop() -> ApiError:
     )
 
 
-async def chunks(upstream: aiohttp.ClientResponse, idle: float) -> AsyncIterator[bytes]:
-    """The upstream's bytes as they come; a reset, or a silence longer than `idle` seconds, is
-    an `ApiError` (a stream the upstream keeps alive sends pings well within it)."""
-    while True:
-        try:
-            async with asyncio.timeout(idle):
-                chunk = await upstream.content.readany()
-        except TimeoutError:
-            raise broke(f"the upstream sent nothing for {idle:g} s") from None
-        except aiohttp.ClientError as exc:
-            raise broke(f"the connection broke off ({type(exc).__name__})") from None
-        if not chunk:
-            return
-        yield chunk
+async def next_chunk(upstream: aiohttp.ClientResponse, idle: float) -> bytes:
+    """The upstream's next bytes (b"": its end); a reset, or a silence longer than `idle`
+    seconds, is an `ApiError` (a stream the upstream keeps alive sends pings well within it)."""
+    try:
+        async with asyncio.timeout(idle):
+            return await upstream.content.readany()
+    except TimeoutError:
+        raise broke(f"the upstream sent nothing for {idle:g} s") from None
+    except aiohttp.ClientError as exc:
+        raise broke(f"the connection broke off ({type(exc).__name__})") from None
 
 
 async def pump(
@@ -128,11 +162,13 @@ async def pump(
 ) -> None:
     """One upstream stream through `relay` to the client, to its last event (else `ApiError`)."""
     splitter = EventSplitter()
-    async for chunk in chunks(upstream, idle):
+    while chunk := await client.outlast(lambda: next_chunk(upstream, idle)):
         for event in splitter.feed(chunk):
             if event.malformed:
                 raise broke("the upstream sent an event that is not JSON")
             out = relay.event(event)
+            if relay.ended and not client.finished and not relay.follow_up_calls():
+                client.finish()  # this is the end the client waits for
             if out:
                 await client.write(out)
     if not relay.ended:

@@ -146,6 +146,7 @@ def test_a_client_that_hangs_up_at_its_answer_s_end_is_no_traceback(tmp_path: Pa
     is still recorded."""
     answers = 10
     responses = FakeOpenAI().start()
+    responses.linger = 0.3
     try:
         with ProxyProcess(
             tmp_path / "data",

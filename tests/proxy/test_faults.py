@@ -56,7 +56,7 @@ def proxy(
         tmp_path_factory.mktemp("faults") / "data",
         anthropic=messages.base_url,
         openai=f"http://127.0.0.1:{responses.port}",
-        args=["--summary-provider", "digest"],
+        args=["--summary-provider", "digest", "--upstream-idle-timeout", str(IDLE)],
     ) as running:
         yield running
     assert running.returncode == 0, running.log

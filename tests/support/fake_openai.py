@@ -237,6 +237,7 @@ class FakeOpenAI:
         self.ids = itertools.count(1)
         self.silences = faults.Silences()
         self.stopping = threading.Event()
+        self.linger = 0.0  # seconds a Responses stream stays open after its last event
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -440,6 +441,7 @@ class FakeOpenAI:
         h: BaseHTTPRequestHandler,
         events: list[tuple[str | None, Any]],
         fault: tuple[str, int] | None = None,
+        linger: float = 0.0,
     ) -> None:
         h.send_response(200)
         h.send_header("content-type", "text/event-stream")
@@ -470,6 +472,8 @@ class FakeOpenAI:
             head = f"event: {name}\n" if name else ""
             payload = data if isinstance(data, str) else json.dumps(data)
             chunk(f"{head}data: {payload}\n\n".encode())
+        if linger:  # a real upstream may take a moment to close after its last event
+            self.stopping.wait(linger)
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
 
@@ -601,7 +605,7 @@ class FakeOpenAI:
         events.append(("response.completed", {"type": "response.completed", "response": response}))
         for _name, data in events:
             data["sequence_number"] = next(seq)
-        self.stream(h, events, fault)
+        self.stream(h, events, fault, self.linger)
 
     def respond_chat(
         self,
