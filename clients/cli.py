@@ -562,8 +562,8 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=300.0,
         metavar="SECONDS",
-        help="give up a streamed answer the upstream falls silent in for this long; the "
-        "client gets the API's error event (default 300)",
+        help="give up an upstream answer that falls silent this long once begun (a stream's "
+        "events, a whole answer's body); the client gets the API's error (default 300)",
     )
     parser.add_argument(
         "--client-timeout",

@@ -4,6 +4,7 @@ answer read whole (a reset is the API's 502, never a traceback), and the upstrea
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -97,22 +98,36 @@ class UpstreamRefusal(ApiError):
             return None
 
 
-async def read_whole(upstream: aiohttp.ClientResponse) -> bytes:
-    """An upstream's whole answer; one that breaks off on the way is the API's 502."""
+def broke(message: str) -> ApiError:
+    """The upstream's answer given up: the API's 502, saying why."""
+    return ApiError(502, "api_error", f"compactd's proxy gave up the upstream's answer: {message}")
+
+
+async def next_chunk(upstream: aiohttp.ClientResponse, idle: float) -> bytes:
+    """The upstream's next bytes (b"": its end). A reset, or a silence longer than `idle`
+    seconds once the answer has begun, is a `broke` error (a stream the upstream keeps alive
+    sends pings well within it)."""
     try:
-        return await upstream.read()
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise ApiError(
-            502,
-            "api_error",
-            f"compactd's proxy lost the upstream's answer on the way ({type(exc).__name__})",
-        ) from None
+        async with asyncio.timeout(idle):
+            return await upstream.content.readany()
+    except TimeoutError:
+        raise broke(f"the upstream sent nothing for {idle:g} s") from None
+    except aiohttp.ClientError as exc:
+        raise broke(f"the connection broke off ({type(exc).__name__})") from None
 
 
-async def refusal(upstream: aiohttp.ClientResponse) -> UpstreamRefusal:
+async def read_whole(upstream: aiohttp.ClientResponse, idle: float) -> bytes:
+    """An upstream's whole answer; one that breaks off or stalls on the way is the API's 502."""
+    parts = []
+    while chunk := await next_chunk(upstream, idle):
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def refusal(upstream: aiohttp.ClientResponse, idle: float) -> UpstreamRefusal:
     """The upstream's error answer, read, as the exception that relays it."""
     return UpstreamRefusal(
-        upstream.status, await read_whole(upstream), response_headers(upstream, json=False)
+        upstream.status, await read_whole(upstream, idle), response_headers(upstream, json=False)
     )
 
 

@@ -53,7 +53,7 @@ def proxy_settings(args: argparse.Namespace) -> ProxySettings:
         anthropic_upstream=args.anthropic_upstream,
         openai_upstream=args.openai_upstream,
         window=args.window,
-        stream_idle_seconds=args.upstream_idle_timeout,
+        upstream_idle_seconds=args.upstream_idle_timeout,
         client_timeout_seconds=args.client_timeout,
     )
 

@@ -586,11 +586,13 @@ async def _answer(
     if stream:
         client = ClientStream(request, _headers(upstream))
         done = await relay_answer(
-            client, relay, upstream, outgoing, next_body, send, proxy.settings.stream_idle_seconds
+            client, relay, upstream, outgoing, next_body, send, proxy.settings.upstream_idle_seconds
         )
         response = await client.end()
     else:
-        await whole_answer(relay, upstream, outgoing, next_body, send)
+        await whole_answer(
+            relay, upstream, outgoing, next_body, send, proxy.settings.upstream_idle_seconds
+        )
         done = True
         response = web.json_response(
             relay.answer(),
@@ -647,6 +649,11 @@ class StreamRelay:
 
     def follow_up(self, body: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
         raise NotImplementedError
+
+    @property
+    def whole_at_close(self) -> bool:
+        """A clean close now leaves the client a whole answer."""
+        return self.ended
 
     def continue_with_next_stream(self) -> None:
         self.continuing = True
@@ -808,6 +815,7 @@ class ChatStream(StreamRelay):
         super().__init__(recall=recall)
         self._message: dict[str, Any] | None = None
         self._answer: dict[str, Any] | None = None
+        self.finish_seen = False
 
     def event(self, event: Event) -> bytes | None:
         data = event.data
@@ -821,8 +829,13 @@ class ChatStream(StreamRelay):
         if isinstance(data.get("usage"), dict):
             self.usage = _chat_usage(data["usage"])
         if any(isinstance(c, dict) and c.get("finish_reason") for c in data.get("choices") or []):
-            self.ended = True  # the answer is whole; `[DONE]` and the usage may follow
+            self.finish_seen = True  # the usage and `[DONE]` may follow
         return event.raw
+
+    @property
+    def whole_at_close(self) -> bool:
+        """`[DONE]`, or a close after the finish chunk (some servers leave `[DONE]` out)."""
+        return self.ended or self.finish_seen
 
     def failure(self, exc: ApiError) -> bytes:
         """A failure as Chat Completions reports one mid-stream: a chunk holding only `error`

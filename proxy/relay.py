@@ -35,7 +35,7 @@ from aiohttp import web
 from ..context.recall import TOOL_NAME as RECALL_TOOL
 from ..context.secrets import scrub
 from .anthropic import ApiError, error_event
-from .http import read_whole, refusal
+from .http import broke, next_chunk, read_whole, refusal
 from .sse import Event, EventSplitter, encode
 
 log = logging.getLogger("compactd.proxy")
@@ -55,6 +55,9 @@ class StreamedRelay(Protocol):
 
     ended: bool  # this upstream stream reached its last event (held back or not)
     failed: bool  # the upstream reported a failure in it (relayed to the client)
+
+    @property
+    def whole_at_close(self) -> bool: ...  # a clean close now leaves a whole answer
 
     def event(self, event: Event) -> bytes | None: ...
     def follow_up_calls(self) -> list[dict[str, Any]]: ...
@@ -135,47 +138,45 @@ class ClientStream:
         self.gone = True
 
 
-def broke(message: str) -> ApiError:
-    return ApiError(502, "api_error", f"compactd's proxy gave up the upstream's answer: {message}")
-
-
 def recall_loop() -> ApiError:
     return broke(
         f"the model called compactd_recall in {MAX_FOLLOW_UPS} rounds in a row without answering"
     )
 
 
-async def next_chunk(upstream: aiohttp.ClientResponse, idle: float) -> bytes:
-    """The upstream's next bytes (b"": its end); a reset, or a silence longer than `idle`
-    seconds, is an `ApiError` (a stream the upstream keeps alive sends pings well within it)."""
-    try:
-        async with asyncio.timeout(idle):
-            return await upstream.content.readany()
-    except TimeoutError:
-        raise broke(f"the upstream sent nothing for {idle:g} s") from None
-    except aiohttp.ClientError as exc:
-        raise broke(f"the connection broke off ({type(exc).__name__})") from None
-
-
 async def pump(
     upstream: aiohttp.ClientResponse, relay: StreamedRelay, client: ClientStream, idle: float
 ) -> None:
-    """One upstream stream through `relay` to the client, to its last event (else `ApiError`)."""
+    """One upstream stream through `relay` to the client, to its last event (else `ApiError`).
+    Once the client's answer is whole, what the upstream does after (a reset before its close,
+    say) costs the client nothing."""
     splitter = EventSplitter()
-    while chunk := await client.outlast(lambda: next_chunk(upstream, idle)):
-        for event in splitter.feed(chunk):
-            if event.malformed:
-                raise broke("the upstream sent an event that is not JSON")
-            out = relay.event(event)
-            if relay.ended and not client.finished and not relay.follow_up_calls():
-                client.finish()  # this is the end the client waits for
-            if out:
-                await client.write(out)
-    if not relay.ended:
+    try:
+        while chunk := await client.outlast(lambda: next_chunk(upstream, idle)):
+            for event in splitter.feed(chunk):
+                if event.malformed:
+                    raise broke("the upstream sent an event that is not JSON")
+                out = relay.event(event)
+                if not client.finished and _whole(relay):
+                    client.finish()
+                if out:
+                    await client.write(out)
+    except ApiError as exc:
+        if not client.finished:
+            raise
+        log.debug("after the client's answer ended: %s", exc.message)
+        return
+    if not relay.whole_at_close:
         raise broke("the upstream's stream ended before its last event")
     rest = splitter.rest()
     if rest.strip():
         await client.write(rest)
+
+
+def _whole(relay: StreamedRelay) -> bool:
+    """The client has the end it waits for: the last event, with no recall round to follow
+    (or the upstream's own error)."""
+    return relay.ended and (relay.failed or not relay.follow_up_calls())
 
 
 async def relay_answer(
@@ -202,7 +203,7 @@ async def relay_answer(
             relay.continue_with_next_stream()
             async with send(body) as follow:
                 if follow.status != 200:
-                    raise await refusal(follow)
+                    raise await refusal(follow, idle)
                 await pump(follow, relay, client, idle)
     except ApiError as exc:
         if not client.started:
@@ -213,9 +214,9 @@ async def relay_answer(
     return not relay.failed
 
 
-async def answer_json(upstream: aiohttp.ClientResponse) -> dict[str, Any]:
+async def answer_json(upstream: aiohttp.ClientResponse, idle: float) -> dict[str, Any]:
     """A whole answer's JSON object (one that is not JSON is the upstream's fault: a 502)."""
-    data = await read_whole(upstream)
+    data = await read_whole(upstream, idle)
     try:
         answer = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -231,10 +232,11 @@ async def whole_answer(
     body: dict[str, Any],
     next_body: NextBody,
     send: Send,
+    idle: float,
 ) -> None:
     """A whole answer, recall rounds included, into `relay`; a broken or refused round is
     raised (the client gets its status)."""
-    relay.take(await answer_json(upstream))
+    relay.take(await answer_json(upstream, idle))
     rounds = 0
     while calls := relay.follow_up_calls():
         if rounds == MAX_FOLLOW_UPS:
@@ -243,8 +245,8 @@ async def whole_answer(
         body = next_body(body, calls)
         async with send(body) as follow:
             if follow.status != 200:
-                raise await refusal(follow)
-            relay.take(await answer_json(follow))
+                raise await refusal(follow, idle)
+            relay.take(await answer_json(follow, idle))
 
 
 def scrubbed(raw: bytes) -> bytes:
@@ -387,6 +389,10 @@ class Relay:
         self._holding_end = False
         self.continuing = True
         self.ended = False
+
+    @property
+    def whole_at_close(self) -> bool:
+        return self.ended
 
     def failure(self, exc: ApiError) -> bytes:
         return error_event(exc)

@@ -79,7 +79,7 @@ class ProxySettings:
     openai_upstream: str = "https://api.openai.com"
     window: int | None = None  # caps every request's window
     upstream_timeout_seconds: float = 600.0  # for the upstream's headers, and a whole answer
-    stream_idle_seconds: float = 300.0  # the longest silence of a streamed answer
+    upstream_idle_seconds: float = 300.0  # the longest silence of an answer once begun
     client_timeout_seconds: float = 120.0  # for a client's header block, and then its body
 
 
@@ -215,7 +215,7 @@ class Proxy:
         anthropic = api.is_anthropic_request(request.headers)
         base = self.settings.anthropic_upstream if anthropic else self.settings.openai_upstream
         async with self._send("GET", base, request, None, {}) as upstream:
-            data = await read_whole(upstream)
+            data = await read_whole(upstream, self.settings.upstream_idle_seconds)
             return web.Response(
                 status=upstream.status, body=data, headers=response_headers(upstream)
             )
@@ -295,7 +295,7 @@ class Proxy:
         async with self._send(
             "POST", self.settings.anthropic_upstream, request, outgoing, {}
         ) as upstream:
-            data = await read_whole(upstream)
+            data = await read_whole(upstream, self.settings.upstream_idle_seconds)
             return web.Response(
                 status=upstream.status, body=data, headers=response_headers(upstream)
             )
@@ -533,7 +533,7 @@ class Proxy:
             lambda body: self._send(
                 "POST", self.settings.anthropic_upstream, request, body, headers
             ),
-            self.settings.stream_idle_seconds,
+            self.settings.upstream_idle_seconds,
         )
         if done:
             self._keep_mixed(placed, relay.assembly.content, relay.recall)
@@ -565,6 +565,7 @@ class Proxy:
             lambda body: self._send(
                 "POST", self.settings.anthropic_upstream, request, body, headers
             ),
+            self.settings.upstream_idle_seconds,
         )
         self._keep_mixed(placed, whole.content, whole.recall)
         applied = (whole.first.get("context_management") or {}).get("applied_edits")
@@ -674,7 +675,7 @@ class Proxy:
             relay = _stream_relay(request.path)
             streamed = upstream.content_type == "text/event-stream"
             if upstream.status != 200 or not streamed or relay is None:
-                data = await read_whole(upstream)
+                data = await read_whole(upstream, self.settings.upstream_idle_seconds)
                 return web.Response(
                     status=upstream.status, body=data, headers=response_headers(upstream)
                 )
@@ -686,7 +687,7 @@ class Proxy:
                 body,
                 lambda body, _calls: body,  # no recall is offered: no follow-ups
                 lambda body: self._send("POST", base, request, body, {}),
-                self.settings.stream_idle_seconds,
+                self.settings.upstream_idle_seconds,
             )
             return await client.end()
 
