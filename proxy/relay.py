@@ -100,16 +100,24 @@ class ClientStream:
                 self.started = True
                 await self.response.prepare(self.request)
             await self.response.write(data)
-        except (ConnectionResetError, asyncio.CancelledError) as exc:
-            self._let_go(exc)
+        except ConnectionResetError:
+            if not self.finished:
+                raise
+            self._let_go(cancelled=False)
+        except asyncio.CancelledError:
+            if not self.finished:
+                raise
+            self._let_go(cancelled=True)
 
     async def outlast(self, read: Callable[[], Awaitable[bytes]]) -> bytes:
         """`read()`, again if the client leaves after its whole answer meanwhile."""
         while True:
             try:
                 return await read()
-            except asyncio.CancelledError as exc:
-                self._let_go(exc)
+            except asyncio.CancelledError:
+                if not self.finished:
+                    raise
+                self._let_go(cancelled=True)
 
     async def end(self) -> web.StreamResponse:
         self.finish()
@@ -119,22 +127,24 @@ class ClientStream:
                 await self.response.prepare(self.request)
             if not self.gone:
                 await self.response.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError) as exc:
-            self._let_go(exc)
+        except ConnectionResetError:
+            self._let_go(cancelled=False)
+        except asyncio.CancelledError:
+            self._let_go(cancelled=True)
         return self.response
 
-    def _let_go(self, exc: BaseException) -> None:
-        """A client gone after its whole answer is let go; before, its going is raised."""
-        if not self.finished:
-            raise exc
-        if isinstance(exc, asyncio.CancelledError):
+    def _let_go(self, *, cancelled: bool) -> None:
+        """A client gone after its whole answer is let go (the cancellation its going caused
+        is taken back). Before then its going is raised — with a bare `raise`, so no frame
+        holds the exception its traceback holds: such a cycle outlives its request for good
+        once the engine's work has frozen the collector's view (`service.work`)."""
+        if cancelled:
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
         if not self.gone:
-            log.debug(
-                "%s %s: the client left after its answer", self.request.method, self.request.path
-            )
+            request = self.request
+            log.debug("%s %s: the client left after its answer", request.method, request.path)
         self.gone = True
 
 
