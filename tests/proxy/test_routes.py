@@ -86,3 +86,23 @@ def test_codex_remote_compaction_is_forwarded_with_the_client_s_key(
     assert after.output_text == "Carrying on."
     carried = responses.records[-1]["body"]["input"]
     assert any(item.get("type") == "compaction" for item in carried)
+
+
+def test_an_anthropic_key_beside_an_openai_request_stays_home(
+    proxy: ProxyProcess, fakes: tuple[FakeAnthropic, FakeOpenAI]
+) -> None:
+    """A client that sends both kinds of key (an environment with both set): the Responses
+    request goes to OpenAI with its bearer token, without the Anthropic key or headers."""
+    responses = fakes[1]
+    client = openai.OpenAI(
+        base_url=f"{proxy.base_url}/v1",
+        api_key=OPENAI_KEY,
+        max_retries=0,
+        default_headers={"x-api-key": ANTHROPIC_TOKEN, "anthropic-version": "2023-06-01"},
+    )
+    responses.queue.append({"kind": "text", "text": "Hello."})
+    client.responses.create(model="gpt-5-codex", input="hi", prompt_cache_key="both-keys")
+    sent = responses.records[-1]["headers"]
+    assert sent["authorization"] == f"Bearer {OPENAI_KEY}"
+    assert "x-api-key" not in sent and "anthropic-version" not in sent
+    assert ANTHROPIC_TOKEN not in str(sent)
