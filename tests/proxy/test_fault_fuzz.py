@@ -16,60 +16,37 @@ is set, as the daemon's fuzz suite.
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import httpx2
 import orjson
 import pytest
-from hypothesis import HealthCheck, Phase, event, given, settings
+from hypothesis import Phase, event, given
 from hypothesis import strategies as st
 
 from tests.support.fake_anthropic import FakeAnthropic, Reply
 from tests.support.fake_openai import FakeOpenAI
+from tests.support.fuzz import budget
 from tests.support.proxy import ProxyProcess
 
-from .conftest import events_of
+from .conftest import events_of, proxy_before
 
 KEY = "sk-ant-fault-fuzz-0123456789"
 IDLE = 1
-EXAMPLES = int(os.environ.get("COMPACTD_FUZZ_EXAMPLES", "60"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=not os.environ.get("COMPACTD_FUZZ_RANDOM"),
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # an example takes up to seconds
-)
+# an example takes up to seconds (a silence waits out the idle bound): no shrinking
+FUZZ = budget(60, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 SESSIONS = itertools.count()
 FINAL = "The value is 42."
-
-
-@pytest.fixture(scope="module")
-def fakes() -> Iterator[tuple[FakeAnthropic, FakeOpenAI]]:
-    with FakeAnthropic() as messages:
-        responses = FakeOpenAI().start()
-        try:
-            yield messages, responses
-        finally:
-            responses.stop()
 
 
 @pytest.fixture(scope="module")
 def proxy(
     fakes: tuple[FakeAnthropic, FakeOpenAI], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ProxyProcess]:
-    messages, responses = fakes
-    with ProxyProcess(
-        tmp_path_factory.mktemp("fault-fuzz") / "data",
-        anthropic=messages.base_url,
-        openai=f"http://127.0.0.1:{responses.port}",
-        args=["--summary-provider", "digest", "--upstream-idle-timeout", str(IDLE)],
-    ) as running:
+    data = tmp_path_factory.mktemp("fault-fuzz") / "data"
+    with proxy_before(fakes, data, "--upstream-idle-timeout", str(IDLE)) as running:
         yield running
-    assert running.returncode == 0, running.log
     assert "Traceback" not in running.log and " ERROR " not in running.log, running.log
 
 

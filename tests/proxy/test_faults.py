@@ -25,7 +25,7 @@ from tests.support.fake_anthropic import FakeAnthropic, Reply
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.proxy import ProxyProcess
 
-from .conftest import events_of
+from .conftest import events_of, proxy_before
 
 KEY = "sk-ant-faults-0123456789"
 IDLE = 2  # --upstream-idle-timeout: how long a silent stream is waited for
@@ -38,28 +38,12 @@ FAULTS = ["reset", "silence", "malformed", "end"]
 
 
 @pytest.fixture(scope="module")
-def fakes() -> Iterator[tuple[FakeAnthropic, FakeOpenAI]]:
-    with FakeAnthropic() as messages:
-        responses = FakeOpenAI().start()
-        try:
-            yield messages, responses
-        finally:
-            responses.stop()
-
-
-@pytest.fixture(scope="module")
 def proxy(
     fakes: tuple[FakeAnthropic, FakeOpenAI], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ProxyProcess]:
-    messages, responses = fakes
-    with ProxyProcess(
-        tmp_path_factory.mktemp("faults") / "data",
-        anthropic=messages.base_url,
-        openai=f"http://127.0.0.1:{responses.port}",
-        args=["--summary-provider", "digest", "--upstream-idle-timeout", str(IDLE)],
-    ) as running:
+    data = tmp_path_factory.mktemp("faults") / "data"
+    with proxy_before(fakes, data, "--upstream-idle-timeout", str(IDLE)) as running:
         yield running
-    assert running.returncode == 0, running.log
 
 
 @pytest.fixture(autouse=True)
@@ -155,6 +139,24 @@ def test_a_whole_answer_broken_on_its_way_is_a_502_in_the_api_s_shape(
     assert usage_records(proxy, session) == 0
 
 
+def failure(
+    proxy: ProxyProcess, session: str, stream: bool, whole: type[anthropic.APIStatusError]
+) -> anthropic.APIStatusError:
+    """What the SDK raised for the request: streamed (at an error event), or whole (`whole`, by
+    its status)."""
+    client = messages_client(proxy)
+    if stream:
+        with (
+            pytest.raises(anthropic.APIStatusError) as raised,
+            client.messages.stream(**ask(session)) as events,
+        ):
+            events.get_final_message()
+    else:
+        with pytest.raises(whole) as raised:
+            client.messages.create(**ask(session))
+    return raised.value
+
+
 def recall_call(n: int = 1) -> dict[str, Any]:
     return {
         "type": "tool_use",
@@ -174,18 +176,10 @@ def test_a_recall_follow_up_the_upstream_refuses_reaches_the_client(
     fake = fakes[0]
     session = f"refused-follow-up-{stream}"
     fake.push(Reply.blocks([recall_call()], stop_reason="tool_use"), Reply.rate_limited())
-    client = messages_client(proxy)
-    if stream:
-        with (
-            pytest.raises(anthropic.APIStatusError) as raised,
-            client.messages.stream(**ask(session)) as events,
-        ):
-            events.get_final_message()
-    else:
-        with pytest.raises(anthropic.RateLimitError) as raised:
-            client.messages.create(**ask(session))
-        assert raised.value.status_code == 429
-    assert raised.value.body["error"]["type"] == "rate_limit_error"
+    raised = failure(proxy, session, stream, anthropic.RateLimitError)
+    if not stream:
+        assert raised.status_code == 429
+    assert raised.body["error"]["type"] == "rate_limit_error"
     assert [r.status for r in fake.messages_requests()[-2:]] == [200, 429]
     assert usage_records(proxy, session) == 0
 
@@ -199,18 +193,9 @@ def test_a_model_that_keeps_recalling_is_an_error_not_an_end(
     before = len(fake.messages_requests())
     for n in range(6):
         fake.push(Reply.blocks([recall_call(n)], stop_reason="tool_use"))
-    client = messages_client(proxy)
-    if stream:
-        with (
-            pytest.raises(anthropic.APIStatusError) as raised,
-            client.messages.stream(**ask(session)) as events,
-        ):
-            events.get_final_message()
-    else:
-        with pytest.raises(anthropic.InternalServerError) as raised:
-            client.messages.create(**ask(session))
-    assert raised.value.body["error"]["type"] == "api_error"
-    assert "compactd_recall" in raised.value.body["error"]["message"]
+    raised = failure(proxy, session, stream, anthropic.InternalServerError)
+    assert raised.body["error"]["type"] == "api_error"
+    assert "compactd_recall" in raised.body["error"]["message"]
     assert len(fake.messages_requests()) - before == 4  # the request, then three rounds
     fake.reset()
 

@@ -5,7 +5,6 @@ words that quote the key."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +20,6 @@ from tests.support.proxy import ProxyProcess
 KEY = "sk-proj-echoed-0123456789abcdef"
 ANTHROPIC_KEY = "sk-ant-api03-echoed-0123456789"
 TURN = "word " * 400  # ~500 tokens a message: 40 turns are four times the window
-
-
-@pytest.fixture
-def upstreams() -> Iterator[tuple[FakeAnthropic, FakeOpenAI]]:
-    with FakeAnthropic() as messages:
-        responses = FakeOpenAI().start()
-        try:
-            yield messages, responses
-        finally:
-            responses.stop()
 
 
 def nowhere(key: str, proxy: ProxyProcess, *answers: Any) -> None:
@@ -54,18 +43,21 @@ def history(n: int) -> list[dict[str, Any]]:
 
 
 def test_a_summary_refusal_that_echoes_the_key_is_scrubbed(
-    upstreams: tuple[FakeAnthropic, FakeOpenAI], tmp_path: Path
+    fakes: tuple[FakeAnthropic, FakeOpenAI], tmp_path: Path
 ) -> None:
     """A Responses session over a 20K window, the oldest turns not to be snipped: compactd's
     summaries go to the client's own upstream with the client's key, which refuses them and
     quotes the key. The proxy's 400 (nothing fits) names the failure, not the key."""
-    _messages, responses = upstreams
-    responses.default = {
-        "kind": "error",
-        "status": 401,
-        "message": f"Incorrect API key provided: {KEY}. You can find your API key at ...",
-        "code": "invalid_api_key",
-    }
+    _messages, responses = fakes
+    default, responses.default = (
+        responses.default,
+        {
+            "kind": "error",
+            "status": 401,
+            "message": f"Incorrect API key provided: {KEY}. You can find your API key at ...",
+            "code": "invalid_api_key",
+        },
+    )
     with ProxyProcess(
         tmp_path / "data",
         openai=f"http://127.0.0.1:{responses.port}",
@@ -80,6 +72,7 @@ def test_a_summary_refusal_that_echoes_the_key_is_scrubbed(
             headers={"authorization": f"Bearer {KEY}", "content-type": "application/json"},
             timeout=120,
         )
+    responses.default = default
     summaries = [r for r in responses.records if r["body"].get("store") is False]
     assert summaries and all(r["status"] == 401 for r in summaries)  # they were made, refused
     assert answer.status_code == 400 and "summary" in answer.text, answer.text
@@ -88,10 +81,10 @@ def test_a_summary_refusal_that_echoes_the_key_is_scrubbed(
 
 
 def test_the_upstream_s_refusal_of_the_client_s_own_request_is_scrubbed(
-    upstreams: tuple[FakeAnthropic, FakeOpenAI], tmp_path: Path
+    fakes: tuple[FakeAnthropic, FakeOpenAI], tmp_path: Path
 ) -> None:
     """Whole, streamed before the first byte, and as an error event inside a stream."""
-    messages, _responses = upstreams
+    messages, _responses = fakes
     with ProxyProcess(
         tmp_path / "data", anthropic=messages.base_url, args=["--summary-provider", "digest"]
     ) as proxy:
