@@ -260,7 +260,8 @@ async def whole_answer(
 
 
 def scrubbed(raw: bytes) -> bytes:
-    """An upstream error event without any secret the proxy holds (one may echo the key)."""
+    """Bytes of an error without any secret the proxy holds (an upstream may echo the key it
+    refused); the same object when there was none."""
     text = raw.decode("utf-8", "replace")
     clean = scrub(text)
     return raw if clean == text else clean.encode()

@@ -34,7 +34,7 @@ from ..context.errors import (
     StoreFailure,
 )
 from ..context.render.request import Rendered, RequestSpec
-from ..context.secrets import hold, scrub
+from ..context.secrets import hold
 from ..context.session import Session
 from ..context.stores.interface import SESSION_ID_RE
 from ..context.tiers.reactive import parse_overflow
@@ -61,6 +61,7 @@ from .relay import (
     WholeMessage,
     mixed_recall_calls,
     relay_answer,
+    scrubbed,
     whole_answer,
 )
 from .summarizer import AUTH_HEADERS, RELAYED_HEADERS, Credentials, credentials
@@ -726,11 +727,8 @@ def _scrubbed(response: web.StreamResponse) -> web.StreamResponse:
     refused); a success passes byte for byte."""
     if isinstance(response, web.Response) and response.status >= 400:
         body = response.body
-        if isinstance(body, bytes):
-            text = body.decode("utf-8", "replace")
-            clean = scrub(text)
-            if clean != text:
-                response.body = clean.encode()
+        if isinstance(body, bytes) and (clean := scrubbed(body)) is not body:
+            response.body = clean
     return response
 
 
