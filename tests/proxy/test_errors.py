@@ -187,7 +187,9 @@ def test_prompt_too_long_runs_tier_5_and_retries_once(tmp_path: Path) -> None:
         assert "reactive" in proxy.log or "prompt is too long" in proxy.log
 
         fake.reset()
-        fake.push(Reply.prompt_too_long(prompt_tokens=40_000, limit_tokens=20_000), times=2)
+        # room enough for Tier 5 to shrink the request again (the session is already cleared
+        # down to what it must keep), so there is a retry to refuse
+        fake.push(Reply.prompt_too_long(prompt_tokens=40_000, limit_tokens=24_000), times=2)
         again = [
             *history,
             {"role": "assistant", "content": "fits now"},
