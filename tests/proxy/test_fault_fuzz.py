@@ -272,8 +272,11 @@ def test_fuzz_faults_end_in_an_answer_or_an_error_and_write_nothing_half(
         assert got == ("error" if recalls > 3 else "answer"), raw
     elif recalls > 3 and faulty == recalls:
         assert got == "error"  # the loop is cut before the broken round is even asked
-    after = settled(proxy, session, 1 if got == "answer" else 0)
-    assert after == (1 if got == "answer" else 0)  # a failed answer records nothing
+    # an answer's usage is recorded (a Chat Completions stream closed before its usage chunk
+    # has none to record); a failed answer records nothing
+    counted = got == "answer" and (wire != "chat" or not stream or b'"prompt_tokens"' in raw)
+    after = settled(proxy, session, int(counted))
+    assert after == int(counted)
     held = nodes(proxy, session)
 
     # the agent retries the same request: answered, nothing stored twice
