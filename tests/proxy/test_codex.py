@@ -163,3 +163,10 @@ def test_the_key_is_never_written(runs: dict[str, Any]) -> None:
         if path.is_file():
             assert API_KEY.encode() not in path.read_bytes(), path
     assert API_KEY not in proxy["log"]
+
+
+def test_codex_hanging_up_at_each_answer_s_end_logs_no_traceback(runs: dict[str, Any]) -> None:
+    """Codex closes its connection on `response.completed`; the proxy may still be ending the
+    stream: that is no error (it printed four `ClientConnectionResetError` tracebacks a run)."""
+    log = runs["proxy"]["log"]
+    assert "Traceback" not in log and " ERROR " not in log, log
