@@ -173,8 +173,9 @@ def _raise_open_files_limit() -> None:
     (a 1,024 default is a thousand idle connections)."""
     try:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft != hard:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        wanted = 1 << 20 if hard == resource.RLIM_INFINITY else hard  # Linux's own ceiling
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
     except (ValueError, OSError) as exc:  # a hard limit the system will not grant
         log.debug("the open files limit stays as it was: %s", exc)
 
