@@ -622,6 +622,22 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
         help="record nothing of the requests in the request log (`compactd stats` then has "
         "nothing new to show)",
     )
+    parser.add_argument(
+        "--upstream-idle-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="give up an upstream answer that falls silent this long once begun (a stream's "
+        "events, a whole answer's body); the client gets the API's error (default 300)",
+    )
+    parser.add_argument(
+        "--client-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="close a connection whose request headers, or refuse a request whose body, "
+        "have not arrived in this long (default 120)",
+    )
 
 
 def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

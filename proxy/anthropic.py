@@ -21,6 +21,7 @@ import orjson
 
 from ..context.recall import TOOL_NAME as RECALL_TOOL
 from ..service.stats import Usage
+from .sse import encode
 
 CLEAR_THINKING = "clear_thinking_20251015"
 PER_TURN_CONTROL = "per-turn-control-2026-07-01"
@@ -42,9 +43,33 @@ class ApiError(Exception):
     def body(self) -> dict[str, Any]:
         return {"type": "error", "error": {"type": self.kind, "message": self.message}}
 
+    def own_body(self) -> Any:
+        """The upstream's own error body when the upstream said it (None: the proxy's)."""
+        return None
+
 
 def invalid(message: str) -> ApiError:
     return ApiError(400, "invalid_request_error", message)
+
+
+def error_envelope(exc: ApiError) -> dict[str, Any]:
+    """`exc` in this API's error shape: the upstream's own words where it refused in it."""
+    own = exc.own_body()
+    if isinstance(own, dict) and own.get("type") == "error" and isinstance(own.get("error"), dict):
+        return own
+    return exc.body()
+
+
+def error_event(exc: ApiError) -> bytes:
+    """A failure inside a stream, as the Messages API reports one: an `error` event (the SDKs
+    raise on it; a stream that just ends would be taken for a whole message)."""
+    return encode("error", error_envelope(exc))
+
+
+def is_anthropic_request(headers: Mapping[str, str]) -> bool:
+    """A request written for the Messages API: its SDKs send `anthropic-version` (and
+    `x-api-key`, or a bearer token); OpenAI's send neither."""
+    return "anthropic-version" in headers or "x-api-key" in headers
 
 
 @attrs.frozen

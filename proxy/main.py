@@ -5,15 +5,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import ipaddress
 import json
 import logging
 import os
+import resource
 import shlex
 import shutil
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import attrs
 from aiohttp import web
@@ -43,6 +46,12 @@ def proxy_settings(args: argparse.Namespace) -> ProxySettings:
         )
     if args.window is not None and args.window <= 0:
         raise SystemExit("compactd: --window must be a positive number of tokens")
+    for flag, seconds in (
+        ("--upstream-idle-timeout", args.upstream_idle_timeout),
+        ("--client-timeout", args.client_timeout),
+    ):
+        if not seconds > 0:
+            raise SystemExit(f"compactd: {flag} must be a positive number of seconds")
     return ProxySettings(
         host=host,
         port=int(port),
@@ -50,6 +59,8 @@ def proxy_settings(args: argparse.Namespace) -> ProxySettings:
         openai_upstream=args.openai_upstream,
         window=args.window,
         stats=not getattr(args, "no_stats", False),
+        upstream_idle_seconds=args.upstream_idle_timeout,
+        client_timeout_seconds=args.client_timeout,
     )
 
 
@@ -155,7 +166,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def serve(app: App, proxy: Proxy) -> int:
-    runner = web.AppRunner(proxy.application(), access_log=None, handle_signals=False)
+    _raise_open_files_limit()
+    asyncio.get_running_loop().set_exception_handler(_loop_exception)
+    runner = web.AppRunner(
+        proxy.application(),
+        access_log=None,
+        handle_signals=False,
+        # a client that leaves cancels its handler, and with it the upstream request
+        handler_cancellation=True,
+        # aiohttp closes a connection whose header block is not in this long after it opened
+        # (or after its last answer, kept alive): half-sent headers hold nothing for long
+        keepalive_timeout=proxy.settings.client_timeout_seconds,
+    )
     await runner.setup()
     site = web.TCPSite(runner, proxy.settings.host, proxy.settings.port)
     try:
@@ -213,3 +235,25 @@ class _Beacon:
         with contextlib.suppress(OSError, ValueError):
             if json.loads(self.path.read_text()).get("pid") == self.pid:
                 self.path.unlink()
+
+
+def _raise_open_files_limit() -> None:
+    """Every connection is a descriptor: the soft limit raised to the hard one, as servers do
+    (a 1,024 default is a thousand idle connections)."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        wanted = 1 << 20 if hard == resource.RLIM_INFINITY else hard  # Linux's own ceiling
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (ValueError, OSError) as exc:  # a hard limit the system will not grant
+        log.debug("the open files limit stays as it was: %s", exc)
+
+
+def _loop_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """Out of descriptors, asyncio stops accepting for a second and says so with a traceback:
+    one line is enough (the proxy goes on; slow clients time out and free theirs)."""
+    exc = context.get("exception")
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        log.warning("out of file descriptors (%s); accepting new connections again shortly", exc)
+        return
+    loop.default_exception_handler(context)

@@ -15,6 +15,7 @@ server-side), and a request carries no `cache_control`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +30,8 @@ from ..context.recall import TOOL_NAME as RECALL_NAME
 from ..service.stats import Usage
 from .anthropic import ApiError, invalid
 from .http import response_headers
-from .sse import Event, EventSplitter, encode
+from .relay import ClientStream, relay_answer, scrubbed, whole_answer
+from .sse import Event, encode
 
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/responses")
 SESSION_CONFIG = {"microcompactMode": "time"}
@@ -65,6 +67,14 @@ def error_body(exc: ApiError) -> dict[str, Any]:
             "code": "not_found" if exc.status == 404 else None,
         }
     }
+
+
+def error_envelope(exc: ApiError) -> dict[str, Any]:
+    """`exc` in OpenAI's error shape: the upstream's own words where it refused in it."""
+    own = exc.own_body()
+    if isinstance(own, dict) and isinstance(own.get("error"), dict):
+        return own
+    return error_body(exc)
 
 
 def recall_function(kind: str) -> dict[str, Any]:
@@ -546,49 +556,58 @@ async def _exchange(
                 proxy.counts["upstream_errors"] += 1
                 return web.Response(status=upstream.status, body=data, headers=_headers(upstream))
             relay = stream_kind(recall=recall)
-            if stream:
-                response = web.StreamResponse(status=200, headers=_headers(upstream))
-                await response.prepare(request)
-                await relay.pump(upstream, response)
-                body = outgoing
-                for _ in range(3):
-                    calls = relay.follow_up_calls()
-                    if not calls:
-                        break
-                    body = relay.follow_up(body, proxy._answers(placed, calls))
-                    relay.continue_with_next_stream()
-                    async with proxy._send("POST", base, request, body, {}) as follow:
-                        if follow.status != 200:
-                            break
-                        await relay.pump(follow, response)
-                await relay.finish(response)
-                await response.write_eof()
-            else:
-                message = orjson.loads(await upstream.read())
-                body = outgoing
-                relay.take(message)
-                for _ in range(3):
-                    calls = relay.follow_up_calls()
-                    if not calls:
-                        break
-                    body = relay.follow_up(body, proxy._answers(placed, calls))
-                    async with proxy._send("POST", base, request, body, {}) as follow:
-                        if follow.status != 200:
-                            break
-                        relay.take(orjson.loads(await follow.read()))
-                response = web.json_response(
-                    relay.answer(),
-                    dumps=lambda v: orjson.dumps(v).decode(),
-                    headers={
-                        k: v for k, v in _headers(upstream).items() if k.lower() != "content-type"
-                    },
-                )
-            first, *follow_ups = relay.rounds or [None]
-            for used in follow_ups:
-                proxy.followed_up(placed, model, used)
-            await proxy.report(placed, model, rendered, relay.usage, None, counted=first)
-            return response
+            return await _answer(
+                proxy, request, upstream, placed, model, rendered, outgoing, relay, stream=stream
+            )
     raise AssertionError("unreachable")
+
+
+async def _answer(
+    proxy: Any,
+    request: web.Request,
+    upstream: aiohttp.ClientResponse,
+    placed: Any,
+    model: str,
+    rendered: Any,
+    outgoing: dict[str, Any],
+    relay: StreamRelay,
+    *,
+    stream: bool,
+) -> web.StreamResponse:
+    """The upstream's answer to the client, recall rounds included (see `relay`); a failed
+    answer records nothing."""
+    base = proxy.settings.openai_upstream
+
+    def next_body(body: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any]:
+        return relay.follow_up(body, proxy._answers(placed, calls))
+
+    def send(body: dict[str, Any]) -> Any:
+        return proxy._send("POST", base, request, body, {})
+
+    if stream:
+        client = ClientStream(request, _headers(upstream))
+        done = await relay_answer(
+            client, relay, upstream, outgoing, next_body, send, proxy.settings.upstream_idle_seconds
+        )
+        response = await client.end()
+    else:
+        await whole_answer(
+            relay, upstream, outgoing, next_body, send, proxy.settings.upstream_idle_seconds
+        )
+        done = True
+        response = web.json_response(
+            relay.answer(),
+            dumps=lambda v: orjson.dumps(v).decode(),
+            headers={k: v for k, v in _headers(upstream).items() if k.lower() != "content-type"},
+        )
+    if done:
+        first, *follow_ups = relay.rounds or [None]
+        for used in follow_ups:
+            proxy.followed_up(placed, model, used)
+        await asyncio.shield(
+            proxy.report(placed, model, rendered, relay.usage, None, counted=first)
+        )
+    return response
 
 
 def _headers(upstream: aiohttp.ClientResponse) -> dict[str, str]:
@@ -615,39 +634,43 @@ def overflow_of(status: int, data: bytes) -> Any:
 
 
 class StreamRelay:
-    """What every OpenAI relay does; the two APIs fill in their shapes."""
+    """What every OpenAI relay does (streamed, or a whole answer taken in rounds); the two
+    APIs fill in their shapes (see `relay` for what the driver asks of them)."""
 
     def __init__(self, *, recall: bool) -> None:
         self.recall = recall
         self.usage: dict[str, Any] | None = None
         self.continuing = False
         self.rounds: list[Usage | None] = []  # each upstream answer's usage, the stats' terms
-
-    async def pump(self, upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> None:
-        splitter = EventSplitter()
-        try:
-            async for chunk in upstream.content.iter_any():
-                for event in splitter.feed(chunk):
-                    out = self.event(event)
-                    if out:
-                        await response.write(out)
-        except (aiohttp.ClientError, TimeoutError):
-            pass
-        rest = splitter.rest()
-        if rest:
-            await response.write(rest)
+        self.ended = False  # this upstream stream reached its last event
+        self.failed = False  # the upstream reported a failure in it
 
     def event(self, event: Event) -> bytes | None:
+        raise NotImplementedError
+
+    def failure(self, exc: ApiError) -> bytes:
         raise NotImplementedError
 
     def follow_up_calls(self) -> list[dict[str, Any]]:
         return []
 
+    def follow_up(self, body: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @property
+    def whole_at_close(self) -> bool:
+        """A clean close now leaves the client a whole answer."""
+        return self.ended
+
     def continue_with_next_stream(self) -> None:
         self.continuing = True
+        self.ended = False
 
-    async def finish(self, response: web.StreamResponse) -> None:
-        return None
+    def take(self, answer: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def answer(self) -> dict[str, Any]:
+        raise NotImplementedError
 
 
 class ResponsesStream(StreamRelay):
@@ -665,6 +688,7 @@ class ResponsesStream(StreamRelay):
         self._completed: dict[str, Any] | None = None
         self._held_end: Event | None = None
         self._id: str | None = None  # the first response's id, the one the client knows
+        self._snapshot: dict[str, Any] = {}  # the response as the client last saw it whole
 
     def _renumbered(self, event: Event, data: dict[str, Any]) -> bytes:
         data = dict(data)
@@ -681,8 +705,12 @@ class ResponsesStream(StreamRelay):
         if kind in ("response.created", "response.in_progress", "response.queued"):
             if self.continuing:
                 return None
-            self._id = (data.get("response") or {}).get("id", self._id)
+            self._snapshot = dict(data.get("response") or {})
+            self._id = self._snapshot.get("id", self._id)
             return self._renumbered(event, data)
+        if kind == "error":  # the API's own report of a failure mid-stream
+            self.ended = self.failed = True
+            return scrubbed(self._renumbered(event, data))
         if "output_index" in data:
             index = data["output_index"]
             if kind == "response.output_item.added":
@@ -701,6 +729,8 @@ class ResponsesStream(StreamRelay):
                 return None
             return self._renumbered(event, {**data, "output_index": target})
         if kind in ("response.completed", "response.incomplete", "response.failed"):
+            self.ended = True
+            self.failed = kind == "response.failed"
             response = dict(data.get("response") or {})
             self.usage = _responses_usage(response.get("usage"))
             self.rounds.append(responses_counted(response.get("usage")))
@@ -714,8 +744,27 @@ class ResponsesStream(StreamRelay):
             response["output"] = self.visible if self.recall else response.get("output")
             if self._id is not None:  # one response for the client, whatever the rounds
                 response["id"] = self._id
-            return self._renumbered(event, {**data, "response": response})
+            out = self._renumbered(event, {**data, "response": response})
+            return scrubbed(out) if self.failed else out
         return self._renumbered(event, data) if "sequence_number" in data else event.raw
+
+    def failure(self, exc: ApiError) -> bytes:
+        """A failure as the Responses API ends a stream with one: `response.failed`, the
+        response carrying its `error` (Codex retries on it; a stream that just stops is an
+        error to it too, but one it cannot tell apart)."""
+        error = error_envelope(exc)["error"]
+        code = error.get("code") or _FAILED_CODES.get(str(error.get("type")), "server_error")
+        response = {
+            **self._snapshot,
+            "object": "response",
+            "status": "failed",
+            "error": {"code": code, "message": str(error.get("message") or exc.message)},
+            "output": self.visible,
+        }
+        if self._id is not None:
+            response["id"] = self._id
+        failed = {"type": "response.failed", "response": response, "sequence_number": 0}
+        return self._renumbered(Event(b"", "response.failed", failed), failed)
 
     def follow_up_calls(self) -> list[dict[str, Any]]:
         calls = [i for i in self.output if i.get("type") in ("function_call", "custom_tool_call")]
@@ -755,6 +804,10 @@ class ResponsesStream(StreamRelay):
 
     def answer(self) -> dict[str, Any]:
         return {**(self._completed or {}), "output": self.visible}
+
+
+_FAILED_CODES = {"rate_limit_error": "rate_limit_exceeded"}
+"""A `response.failed` error's `code` for an error `type` that has its own (else server_error)."""
 
 
 def _responses_usage(usage: Any) -> dict[str, Any] | None:
@@ -798,13 +851,33 @@ class ChatStream(StreamRelay):
         super().__init__(recall=recall)
         self._message: dict[str, Any] | None = None
         self._answer: dict[str, Any] | None = None
+        self.finish_seen = False
 
     def event(self, event: Event) -> bytes | None:
         data = event.data
-        if isinstance(data, dict) and isinstance(data.get("usage"), dict):
+        if event.done:
+            self.ended = True
+        if not isinstance(data, dict):
+            return event.raw
+        if data.get("error"):  # the API's own report of a failure mid-stream
+            self.ended = self.failed = True
+            return scrubbed(event.raw)
+        if isinstance(data.get("usage"), dict):
             self.usage = _chat_usage(data["usage"])
             self.rounds.append(chat_counted(data["usage"]))
+        if any(isinstance(c, dict) and c.get("finish_reason") for c in data.get("choices") or []):
+            self.finish_seen = True  # the usage and `[DONE]` may follow
         return event.raw
+
+    @property
+    def whole_at_close(self) -> bool:
+        """`[DONE]`, or a close after the finish chunk (some servers leave `[DONE]` out)."""
+        return self.ended or self.finish_seen
+
+    def failure(self, exc: ApiError) -> bytes:
+        """A failure as Chat Completions reports one mid-stream: a chunk holding only `error`
+        (the SDKs raise on it)."""
+        return encode(None, error_envelope(exc))
 
     def take(self, answer: dict[str, Any]) -> None:
         choices = answer.get("choices") or [{}]

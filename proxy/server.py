@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -26,8 +26,15 @@ from yarl import URL
 from ..context.budget import make_budget, model_spec
 from ..context.decompose import Spec, from_anthropic
 from ..context.engine import RenderParams
-from ..context.errors import CompactdError, InvalidContent, InvalidGraph, InvalidPairing
+from ..context.errors import (
+    CompactdError,
+    InvalidContent,
+    InvalidGraph,
+    InvalidPairing,
+    StoreFailure,
+)
 from ..context.render.request import Rendered, RequestSpec
+from ..context.secrets import hold
 from ..context.session import Session
 from ..context.stores.interface import SESSION_ID_RE
 from ..context.tiers.reactive import parse_overflow
@@ -38,18 +45,32 @@ from ..service.stats import Recorder, RequestRow, Usage
 from . import anthropic as api
 from . import openai as oai
 from .history import match, request_fingerprints, sorted_specs
-from .http import HOP_BY_HOP, Upstream, response_headers
+from .http import (
+    HOP_BY_HOP,
+    Upstream,
+    UpstreamRefusal,
+    client_gone,
+    read_whole,
+    response_headers,
+)
 from .page import Page
 from .recall import answer, as_note
-from .relay import Relay, follow_up_calls, mixed_recall_calls, visible_content
-from .sse import EventSplitter
+from .relay import (
+    FINISHED,
+    ClientStream,
+    Relay,
+    StreamedRelay,
+    WholeMessage,
+    mixed_recall_calls,
+    relay_answer,
+    scrubbed,
+    whole_answer,
+)
 from .stats import Ledger
-from .summarizer import AUTH_HEADERS, RELAYED_HEADERS, Credentials
+from .summarizer import AUTH_HEADERS, RELAYED_HEADERS, Credentials, credentials
 
 log = logging.getLogger("compactd.proxy")
 
-MAX_FOLLOW_UPS = 3
-"""Recall rounds one client request may take (the model asking again and again is a loop)."""
 FRESH_SECONDS = 30.0
 """An upstream that answered this recently is not probed before a request is kept."""
 
@@ -61,7 +82,9 @@ class ProxySettings:
     anthropic_upstream: str = "https://api.anthropic.com"
     openai_upstream: str = "https://api.openai.com"
     window: int | None = None  # caps every request's window
-    upstream_timeout_seconds: float = 600.0
+    upstream_timeout_seconds: float = 600.0  # for the upstream's headers, and a whole answer
+    upstream_idle_seconds: float = 300.0  # the longest silence of an answer once begun
+    client_timeout_seconds: float = 120.0  # for a client's header block, and then its body
     stats: bool = True  # record each request in the request log (`compactd stats`)
 
 
@@ -113,6 +136,7 @@ class Proxy:
         web_app.router.add_post("/v1/messages/count_tokens", self.count_tokens)
         web_app.router.add_post("/v1/chat/completions", self.chat_completions)
         web_app.router.add_post("/v1/responses", self.responses)
+        web_app.router.add_post("/v1/responses/compact", self.compact)
         web_app.router.add_get("/v1/models", self.models)
         web_app.router.add_get("/v1/models/{model}", self.models)
         self.page.routes(web_app)  # the page at the root, its API, and /healthz
@@ -138,28 +162,65 @@ class Proxy:
         self, request: web.Request, handler: Callable[[web.Request], Any]
     ) -> web.StreamResponse:
         """Every refusal in the API's own error shape: the Anthropic one, or OpenAI's on its
-        paths. Nothing of the request (its keys above all) is in the message."""
+        paths; the upstream's own refusals as it sent them. No secret a request carries is in
+        any answer, log line or record (each is held for scrubbing before anything else). A
+        client that leaves is one INFO line, and its upstream request is cancelled with its
+        handler."""
         openai_path = oai.is_openai_path(request.path)
+        hold(*credentials(request.headers))
         try:
-            return await handler(request)
+            await self._read_body(request)
+            return _scrubbed(await handler(request))
+        except UpstreamRefusal as exc:
+            return _scrubbed(web.Response(status=exc.status, body=exc.raw, headers=exc.headers))
         except api.ApiError as exc:
-            return error_response(exc, openai_path)
+            return _scrubbed(error_response(exc, openai_path))
         except web.HTTPRequestEntityTooLarge:
             return error_response(
                 api.ApiError(413, "request_too_large", "the request body is too large"),
                 openai_path,
             )
+        except StoreFailure as exc:  # the proxy's trouble (a full disk, no descriptors left)
+            log.warning("%s %s: the store failed: %s", request.method, request.path, exc)
+            failure = api.ApiError(500, "api_error", f"compactd's proxy could not keep it: {exc}")
+            return _scrubbed(error_response(failure, openai_path))
         except CompactdError as exc:
             log.warning("refused a request: %s", exc)
-            return error_response(api.invalid(str(exc)), openai_path)
-        except (ConnectionResetError, asyncio.CancelledError):
+            return _scrubbed(error_response(api.invalid(str(exc)), openai_path))
+        except asyncio.CancelledError:
+            if client_gone(request):
+                _client_left(request)
             raise
+        except (ConnectionResetError, aiohttp.ClientError) as exc:
+            if client_gone(request):
+                _client_left(request)
+                return web.Response()  # nobody is left to read it
+            log.warning(
+                "%s %s: the upstream broke off (%s)",
+                request.method,
+                request.path,
+                type(exc).__name__,
+            )
+            failure = api.ApiError(502, "api_error", "compactd's proxy lost the upstream")
+            return _after_failure(request, error_response(failure, openai_path))
         except Exception:
             log.exception("the proxy failed on %s %s", request.method, request.path)
-            return error_response(
-                api.ApiError(500, "api_error", "internal error in compactd's proxy"),
-                openai_path,
-            )
+            failure = api.ApiError(500, "api_error", "internal error in compactd's proxy")
+            return _after_failure(request, error_response(failure, openai_path))
+
+    async def _read_body(self, request: web.Request) -> None:
+        """The request's body, whole, within the client timeout (a client that sends half a
+        body holds nothing for long); the handlers read it from memory."""
+        if not request.can_read_body:
+            return
+        seconds = self.settings.client_timeout_seconds
+        try:
+            async with asyncio.timeout(seconds):
+                await request.read()
+        except TimeoutError:
+            raise api.ApiError(
+                408, "timeout_error", f"the request's body did not arrive within {seconds:g} s"
+            ) from None
 
     # ---- routes ---------------------------------------------------------------------------
 
@@ -169,15 +230,24 @@ class Proxy:
         )
 
     async def models(self, request: web.Request) -> web.StreamResponse:
-        """The model list, straight from the upstream the path belongs to."""
-        base = self.settings.anthropic_upstream
-        if "authorization" in request.headers and "x-api-key" not in request.headers:
-            base = self.settings.openai_upstream
+        """The model list of the provider the request was written for (its headers say which:
+        `anthropic-version` and `x-api-key` are the Messages API's), so a key only ever goes to
+        the provider it belongs to."""
+        anthropic = api.is_anthropic_request(request.headers)
+        base = self.settings.anthropic_upstream if anthropic else self.settings.openai_upstream
         async with self._send("GET", base, request, None, {}) as upstream:
-            data = await upstream.read()
+            data = await read_whole(upstream, self.settings.upstream_idle_seconds)
             return web.Response(
                 status=upstream.status, body=data, headers=response_headers(upstream)
             )
+
+    async def compact(self, request: web.Request) -> web.StreamResponse:
+        """Codex's remote compaction (`POST /v1/responses/compact`): forwarded with the
+        client's key, its answer relayed. The compacted history the client sends next is
+        matched like any history the client rewrote."""
+        body = await _json_body(request)
+        log.info("relaying a remote compaction (%s)", _agent(request) or "a client")
+        return await self._plain(request, body, "the client's own remote compaction")
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
@@ -246,7 +316,7 @@ class Proxy:
         async with self._send(
             "POST", self.settings.anthropic_upstream, request, outgoing, {}
         ) as upstream:
-            data = await upstream.read()
+            data = await read_whole(upstream, self.settings.upstream_idle_seconds)
             return web.Response(
                 status=upstream.status, body=data, headers=response_headers(upstream)
             )
@@ -507,35 +577,31 @@ class Proxy:
         outgoing: dict[str, Any],
         headers: dict[str, str | None],
     ) -> web.StreamResponse:
-        response = web.StreamResponse(status=200, headers=response_headers(upstream))
-        await response.prepare(request)
         relay = Relay(recall=self.recall_on(placed))
-        await _relay_stream(upstream, relay, response)
-        body = outgoing
-        for _ in range(MAX_FOLLOW_UPS):
-            calls = relay.follow_up_calls()
-            if not calls:
-                break
-            body = self._follow_up(body, relay.assembly.content, placed, calls)
-            relay.continue_with_next_stream()
-            async with self._send(
+        client = ClientStream(request, response_headers(upstream))
+        done = await relay_answer(
+            client,
+            relay,
+            upstream,
+            outgoing,
+            lambda body, calls: self._follow_up(body, relay.assembly.content, placed, calls),
+            lambda body: self._send(
                 "POST", self.settings.anthropic_upstream, request, body, headers
-            ) as follow:
-                if follow.status != 200:
-                    log.warning(
-                        "session %s: a recall follow-up failed upstream (%d)",
-                        placed.session_id,
-                        follow.status,
-                    )
-                    break
-                await _relay_stream(follow, relay, response)
-            self.followed_up(placed, req.model, api.counted(relay.assembly.usage))
-        self._keep_mixed(placed, relay.assembly.content, relay.recall)
-        await response.write_eof()
-        first = relay.reported
-        applied = (first.context_management or {}).get("applied_edits")
-        counted = api.counted(first.usage)
-        await self.report(placed, req.model, rendered, first.usage, applied, counted=counted)
+            ),
+            self.settings.upstream_idle_seconds,
+        )
+        if done:
+            self._keep_mixed(placed, relay.assembly.content, relay.recall)
+        response = await client.end()
+        if done:  # a failed answer records nothing
+            for usage in relay.follow_up_usages:
+                self.followed_up(placed, req.model, api.counted(usage))
+            first = relay.reported
+            applied = (first.context_management or {}).get("applied_edits")
+            counted = api.counted(first.usage)
+            await asyncio.shield(
+                self.report(placed, req.model, rendered, first.usage, applied, counted=counted)
+            )
         return response
 
     async def _json_anthropic(
@@ -548,36 +614,30 @@ class Proxy:
         outgoing: dict[str, Any],
         headers: dict[str, str | None],
     ) -> web.StreamResponse:
-        data = await upstream.read()
-        try:
-            message = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return web.Response(status=200, body=data, headers=response_headers(upstream))
-        first = message
-        recall = self.recall_on(placed)
-        content = list(message.get("content") or [])
-        body = outgoing
-        for _ in range(MAX_FOLLOW_UPS):
-            calls = follow_up_calls(message.get("content") or [], recall)
-            if not calls:
-                break
-            body = self._follow_up(body, message.get("content") or [], placed, calls)
-            async with self._send(
+        whole = WholeMessage(recall=self.recall_on(placed))
+        await whole_answer(
+            whole,
+            upstream,
+            outgoing,
+            lambda body, calls: self._follow_up(
+                body, whole.latest.get("content") or [], placed, calls
+            ),
+            lambda body: self._send(
                 "POST", self.settings.anthropic_upstream, request, body, headers
-            ) as follow:
-                if follow.status != 200:
-                    break
-                message = orjson.loads(await follow.read())
-                content = [*content, *(message.get("content") or [])]
-            self.followed_up(placed, req.model, api.counted(message.get("usage")))
-        self._keep_mixed(placed, content, recall)
-        answer_body = {**message, "content": visible_content(content, recall)}
-        applied = (first.get("context_management") or {}).get("applied_edits")
-        usage = first.get("usage")
+            ),
+            self.settings.upstream_idle_seconds,
+        )
+        self._keep_mixed(placed, whole.content, whole.recall)
+        for usage in whole.usages[1:]:
+            self.followed_up(placed, req.model, api.counted(usage))
+        applied = (whole.first.get("context_management") or {}).get("applied_edits")
+        usage = whole.first.get("usage")
         counted = api.counted(usage)
-        await self.report(placed, req.model, rendered, usage, applied, counted=counted)
+        await asyncio.shield(
+            self.report(placed, req.model, rendered, usage, applied, counted=counted)
+        )
         return web.json_response(
-            answer_body, status=200, dumps=_dumps, headers=response_headers(upstream, json=True)
+            whole.answer(), status=200, dumps=_dumps, headers=response_headers(upstream, json=True)
         )
 
     def _follow_up(
@@ -653,6 +713,8 @@ class Proxy:
         """One upstream request: the client's headers (its credentials among them, and only
         ever sent here) with `override` applied, the body as JSON."""
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        if base != self.settings.anthropic_upstream:  # the Messages API's key stays with it
+            headers = {k: v for k, v in headers.items() if not _anthropic_only(k)}
         for name, value in override.items():
             headers = {k: v for k, v in headers.items() if k.lower() != name}
             if value is not None:
@@ -666,7 +728,8 @@ class Proxy:
         return Upstream(self.http, method, url, headers, data, lambda: self.answered(base))
 
     async def _plain(self, request: web.Request, body: Any, reason: str) -> web.StreamResponse:
-        """A request the proxy could not manage, sent on unchanged and relayed as it comes;
+        """A request the proxy does not manage, sent on unchanged and relayed as it comes (a
+        stream through its wire's relay, so a broken one still ends in the wire's error);
         counted in the stats with `reason`."""
         openai_path = oai.is_openai_path(request.path)
         base = self.settings.openai_upstream if openai_path else self.settings.anthropic_upstream
@@ -674,36 +737,72 @@ class Proxy:
         model = body.get("model") if isinstance(body, dict) else None
         self.ledger.passed(request.get(SESSION), _agent(request), wire, model, reason)
         async with self._send("POST", base, request, body, {}) as upstream:
-            response = web.StreamResponse(
-                status=upstream.status, headers=response_headers(upstream)
+            relay = _stream_relay(request.path)
+            streamed = upstream.content_type == "text/event-stream"
+            if upstream.status != 200 or not streamed or relay is None:
+                data = await read_whole(upstream, self.settings.upstream_idle_seconds)
+                return web.Response(
+                    status=upstream.status, body=data, headers=response_headers(upstream)
+                )
+            client = ClientStream(request, response_headers(upstream))
+            await relay_answer(
+                client,
+                relay,
+                upstream,
+                body,
+                lambda body, _calls: body,  # no recall is offered: no follow-ups
+                lambda body: self._send("POST", base, request, body, {}),
+                self.settings.upstream_idle_seconds,
             )
-            await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
-            await response.write_eof()
-            return response
+            return await client.end()
 
 
-async def _relay_stream(
-    upstream: aiohttp.ClientResponse, relay: Relay, response: web.StreamResponse
-) -> None:
-    splitter = EventSplitter()
-    async for chunk in _chunks(upstream):
-        for event in splitter.feed(chunk):
-            out = relay.event(event)
-            if out:
-                await response.write(out)
-    rest = splitter.rest()
-    if rest:
-        await response.write(rest)
+def _stream_relay(path: str) -> StreamedRelay | None:
+    """The relay of a stream the proxy does not manage, by its wire (recall off)."""
+    if path.startswith("/v1/messages"):
+        return Relay(recall=False)
+    if path.startswith("/v1/chat/completions"):
+        return oai.ChatStream(recall=False)
+    if path.startswith("/v1/responses"):
+        return oai.ResponsesStream(recall=False)
+    return None
 
 
-async def _chunks(upstream: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in upstream.content.iter_any():
-            yield chunk
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        log.warning("the upstream stream broke off: %s", type(exc).__name__)
+def _anthropic_only(header: str) -> bool:
+    name = header.lower()
+    return name == "x-api-key" or name.startswith("anthropic-")
+
+
+def _client_left(request: web.Request) -> None:
+    """One line for a client that left: INFO before its answer ended (its upstream request
+    is cancelled), DEBUG after."""
+    if request.get(FINISHED):
+        log.debug("%s %s: the client left after its answer", request.method, request.path)
+    else:
+        log.info(
+            "%s %s: the client left before its answer ended; its upstream request is cancelled",
+            request.method,
+            request.path,
+        )
+
+
+def _scrubbed(response: web.StreamResponse) -> web.StreamResponse:
+    """An error answer without any secret the proxy holds (an upstream may echo the key it
+    refused); a success passes byte for byte."""
+    if isinstance(response, web.Response) and response.status >= 400:
+        body = response.body
+        if isinstance(body, bytes) and (clean := scrubbed(body)) is not body:
+            response.body = clean
+    return response
+
+
+def _after_failure(request: web.Request, response: web.Response) -> web.StreamResponse:
+    """The error answer, unless the client already has part of a stream: then its connection
+    is cut, so its SDK sees a broken answer, never a short one taken for whole."""
+    transport = request.transport
+    if transport is not None and request.writer.output_size:  # type: ignore[attr-defined]
+        transport.abort()
+    return response
 
 
 def error_response(exc: api.ApiError, openai_path: bool) -> web.Response:

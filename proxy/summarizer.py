@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 from anthropic import Omit
 
+from ..context.secrets import hold
 from ..context.summarizer.types import SummaryFailure, SummaryRequest, SummaryResult
 from ..service.providers.anthropic_provider import AnthropicSummaryProvider
 from ..service.stats import Usage
@@ -25,6 +26,19 @@ Called = Callable[[str, str, str, str, Usage | None, bool], None]
 AUTH_HEADERS = ("x-api-key", "authorization")
 """The headers that carry a client's credentials: relayed upstream and nowhere else."""
 RELAYED_HEADERS = ("anthropic-version",)
+
+
+def credentials(headers: Mapping[str, str]) -> list[str]:
+    """The secrets a request carries (its API key, its bearer token)."""
+    found = []
+    for name in AUTH_HEADERS:
+        value = headers.get(name)
+        if not value:
+            continue
+        if value[:7].lower() == "bearer ":
+            value = value[7:].strip()
+        found.append(value)
+    return found
 
 
 @attrs.define
@@ -87,6 +101,8 @@ class UpstreamSummarizer:
                 "no request of this session has reached the proxy since it started, so there "
                 "are no credentials to ask the upstream with",
             )
+        # out of every log line, error and record, whatever the upstream's error echoes
+        hold(*credentials(held.headers))
         if held.api != "anthropic":
             return await openai_summary(
                 held, request, model=self.model or held.model, timeout=self.timeout_seconds
@@ -159,12 +175,17 @@ async def openai_summary(
     try:
         answer = orjson.loads(data)
     except orjson.JSONDecodeError:
+        answer = None
+    if not isinstance(answer, dict):
         answer = {}
+        if status == 200:
+            raise SummaryFailure("other", "the upstream's answer is not a JSON object")
     if status != 200:
-        error = answer.get("error") if isinstance(answer, dict) else None
-        message = str((error or {}).get("message") or f"HTTP {status}")[:300]
+        error = answer.get("error")
+        error = error if isinstance(error, dict) else {}
+        message = str(error.get("message") or f"HTTP {status}")[:300]
         kind = {401: "auth", 403: "auth", 429: "rate_limited"}.get(status, "other")
-        if (error or {}).get("code") == "context_length_exceeded":
+        if error.get("code") == "context_length_exceeded":
             kind = "prompt_too_long"
         raise SummaryFailure(kind, f"the upstream refused the summary: {message}", status=status)
     if held.api == "responses":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,20 +25,29 @@ def fakes() -> Iterator[tuple[FakeAnthropic, FakeOpenAI]]:
             responses.stop()
 
 
-@pytest.fixture(scope="module")
-def proxy(
-    fakes: tuple[FakeAnthropic, FakeOpenAI], tmp_path_factory: pytest.TempPathFactory
+@contextlib.contextmanager
+def proxy_before(
+    fakes: tuple[FakeAnthropic, FakeOpenAI], data: Path, *args: str
 ) -> Iterator[ProxyProcess]:
+    """A real proxy in front of both fakes (digest summaries: no summary call upstream), and
+    its clean exit afterwards."""
     messages, responses = fakes
-    data = tmp_path_factory.mktemp("proxy") / "data"
     with ProxyProcess(
         data,
         anthropic=messages.base_url,
         openai=f"http://127.0.0.1:{responses.port}",
-        args=["--summary-provider", "digest"],
+        args=["--summary-provider", "digest", *args],
     ) as running:
         yield running
     assert running.returncode == 0, running.log
+
+
+@pytest.fixture(scope="module")
+def proxy(
+    fakes: tuple[FakeAnthropic, FakeOpenAI], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ProxyProcess]:
+    with proxy_before(fakes, tmp_path_factory.mktemp("proxy") / "data") as running:
+        yield running
 
 
 def events_of(data: Path, session_id: str) -> list[dict[str, Any]]:

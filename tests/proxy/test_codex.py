@@ -212,3 +212,10 @@ def test_context_shows_the_last_request_as_the_proxy_sent_it(runs: dict[str, Any
     assert shown["categories"]["system"] > 0 and shown["categories"]["tools"] > 0
     assert shown["reported"] == last
     assert abs(shown["total"] - last) <= 0.02 * last
+
+
+def test_codex_hanging_up_at_each_answer_s_end_logs_no_traceback(runs: dict[str, Any]) -> None:
+    """Codex closes its connection on `response.completed`; the proxy may still be ending the
+    stream: that is no error (it printed four `ClientConnectionResetError` tracebacks a run)."""
+    log = runs["proxy"]["log"]
+    assert "Traceback" not in log and " ERROR " not in log, log

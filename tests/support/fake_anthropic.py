@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from . import faults
 from .scripted_agent import agent_content
 
 DEFAULT_ANSWER = "Fake summary: the user asked for work; the assistant did it."
@@ -86,6 +87,8 @@ CLEAR_TOOL_USES = "clear_tool_uses_20250919"
 CLEAR_THINKING = "clear_thinking_20251015"
 COMPACT_EDIT = "compact_20260112"
 KNOWN_EDITS = frozenset({CLEAR_TOOL_USES, CLEAR_THINKING, COMPACT_EDIT})
+MODELS_PATH = "/v1/models"
+MODELS = ("claude-sonnet-4-5", "claude-haiku-4-5", "claude-opus-4-1")
 
 
 # --------------------------------------------------------------------------------------------
@@ -103,6 +106,12 @@ class Reply:
     ``count`` (a count_tokens answer; `count=None` means the fake's own estimate), ``agent``
     (the scripted model of `scripted_agent`: `steps` Bash calls of `lines` output lines each,
     decided from the request; usually the `default`, so it answers every request).
+
+    Any answer may break as networks do (`broken`): `fault` is ``reset`` (the connection reset,
+    an RST), ``silence`` (nothing more is sent until the client leaves or the server stops),
+    ``malformed`` (an event whose data is not JSON, then the rest; a whole answer whose body is
+    not JSON) or ``end`` (the stream closed cleanly where it stands; a whole answer's body cut
+    short of its length), after `fault_at` SSE events of a stream or bytes of a whole body.
     """
 
     kind: str = "text"
@@ -128,6 +137,8 @@ class Reply:
     then: Reply | None = None
     count: int | None = None
     original_input_tokens: int | None = None
+    fault: str | None = None
+    fault_at: int = 0
 
     # -- successes ---------------------------------------------------------------------------
 
@@ -239,6 +250,11 @@ class Reply:
         """A 200 stream that sends some text deltas, then ``event: error``."""
         return cls(kind="stream_error", text=partial_text, error_type=error_type, message=message)
 
+    def broken(self, fault: str, at: int = 3) -> Reply:
+        """This answer, breaking with `fault` after `at` events (a stream) or bytes (a whole
+        body): see the class docstring."""
+        return replace(self, fault=faults.check(fault), fault_at=at)
+
     # -- (de)serialisation for script files and the control endpoint ----------------------------
 
     def to_dict(self) -> dict[str, Any]:
@@ -308,6 +324,8 @@ class RecordedRequest:
 
     @property
     def endpoint(self) -> str:
+        if self.path == MODELS_PATH or self.path.startswith(MODELS_PATH + "/"):
+            return "models"
         return {MESSAGES_PATH: "messages", COUNT_TOKENS_PATH: "count_tokens"}.get(
             self.path, "other"
         )
@@ -743,6 +761,7 @@ class FakeAnthropic:
         self._message_ids = itertools.count(1)
         self._stopping = threading.Event()
         self._holds: deque[Hold] = deque()
+        self._silences = faults.Silences()
         self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -889,7 +908,8 @@ class FakeAnthropic:
         request_id = f"req_fake_{next(self._ids):06d}"
         self._answered[request_id] = request
 
-        if request.endpoint == "other" or method != "POST":
+        expected = "GET" if request.endpoint == "models" else "POST"
+        if request.endpoint == "other" or method != expected:
             self._send_error(
                 handler, request_id, Reply.error(404, message=f"Not found: {url.path}")
             )
@@ -906,6 +926,9 @@ class FakeAnthropic:
         if "anthropic-version" not in request.headers:
             message = "anthropic-version: header is required"
             self._send_error(handler, request_id, Reply.error(400, message=message))
+            return
+        if request.endpoint == "models":
+            self._answer_models(handler, request_id, url.path)
             return
         if self.max_request_bytes is not None and len(raw) > self.max_request_bytes:
             self._send_error(handler, request_id, Reply.too_large())
@@ -1007,12 +1030,41 @@ class FakeAnthropic:
             content, stop = agent_content(body, steps=resolved.steps, lines=resolved.lines)
             resolved = replace(resolved, content=content, stop_reason=stop)
         message = self._message(body, resolved)
-        if not streaming:
+        if not streaming and resolved.fault is not None:
+            self._send_broken_json(handler, message, request_id, resolved)
+        elif not streaming:
             self._send_json(handler, 200, message, request_id)
         elif resolved.kind == "stream_error":
             self._stream_cut_by_error(handler, request_id, message, resolved)
         else:
             self._stream_message(handler, request_id, message, resolved)
+
+    def _answer_models(self, handler: _Handler, request_id: str, path: str) -> None:
+        """`GET /v1/models` (the list, newest first) and `GET /v1/models/{id}`."""
+        models = [
+            {
+                "type": "model",
+                "id": name,
+                "display_name": name.replace("-", " ").title(),
+                "created_at": "2025-09-29T00:00:00Z",
+            }
+            for name in MODELS
+        ]
+        wanted = path[len(MODELS_PATH) + 1 :]
+        if not wanted:
+            page = {
+                "data": models,
+                "has_more": False,
+                "first_id": models[0]["id"],
+                "last_id": models[-1]["id"],
+            }
+            self._send_json(handler, 200, page, request_id)
+            return
+        found = next((m for m in models if m["id"] == wanted), None)
+        if found is None:
+            self._send_error(handler, request_id, Reply.error(404, message=f"model: {wanted}"))
+            return
+        self._send_json(handler, 200, found, request_id)
 
     def _message(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
         """The full non-streaming Message (notes §6): every field the SDK types expect."""
@@ -1109,12 +1161,7 @@ class FakeAnthropic:
         """One SSE event (with its `event:` line — the SDK ignores events without one)."""
         if delay and self._stopping.wait(delay):
             raise _ClientGone
-        payload = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
-        try:
-            handler.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
-            handler.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError) as gone:
-            raise _ClientGone from gone
+        self._chunk(handler, f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
 
     def _close_stream(self, handler: _Handler) -> None:
         try:
@@ -1123,8 +1170,7 @@ class FakeAnthropic:
         except (BrokenPipeError, ConnectionResetError) as gone:
             raise _ClientGone from gone
 
-    def _stream_start(self, handler: _Handler, request_id: str, message: dict[str, Any]) -> None:
-        self._open_stream(handler, request_id)
+    def _start_events(self, message: dict[str, Any]) -> list[tuple[str, dict[str, Any], float]]:
         usage = message["usage"]
         started = {
             **message,
@@ -1134,12 +1180,20 @@ class FakeAnthropic:
             "usage": {**usage, "output_tokens": 1},
         }
         started.pop("context_management", None)
-        self._event(handler, "message_start", {"type": "message_start", "message": started})
-        self._event(handler, "ping", {"type": "ping"})
+        return [
+            ("message_start", {"type": "message_start", "message": started}, 0.0),
+            ("ping", {"type": "ping"}, 0.0),
+        ]
 
-    def _stream_block(
-        self, handler: _Handler, index: int, block: dict[str, Any], reply: Reply
-    ) -> None:
+    def _stream_start(self, handler: _Handler, request_id: str, message: dict[str, Any]) -> None:
+        self._open_stream(handler, request_id)
+        for name, data, _delay in self._start_events(message):
+            self._event(handler, name, data)
+
+    @staticmethod
+    def _block_events(
+        index: int, block: dict[str, Any], reply: Reply
+    ) -> list[tuple[str, dict[str, Any], float]]:
         """content_block_start, its deltas, content_block_stop for one block."""
         block_type = block.get("type")
         delay = reply.chunk_delay
@@ -1162,18 +1216,20 @@ class FakeAnthropic:
         else:
             start_block, deltas = block, []
         start = {"type": "content_block_start", "index": index, "content_block": start_block}
-        self._event(handler, "content_block_start", start)
+        events = [("content_block_start", start, 0.0)]
         for delta in deltas:
             event = {"type": "content_block_delta", "index": index, "delta": delta}
-            self._event(handler, "content_block_delta", event, delay)
-        self._event(handler, "content_block_stop", {"type": "content_block_stop", "index": index})
+            events.append(("content_block_delta", event, delay))
+        stop = {"type": "content_block_stop", "index": index}
+        events.append(("content_block_stop", stop, 0.0))
+        return events
 
     def _stream_message(
         self, handler: _Handler, request_id: str, message: dict[str, Any], reply: Reply
     ) -> None:
-        self._stream_start(handler, request_id, message)
+        events = self._start_events(message)
         for index, block in enumerate(message["content"]):
-            self._stream_block(handler, index, block, reply)
+            events += self._block_events(index, block, reply)
         delta: dict[str, Any] = {
             "type": "message_delta",
             "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
@@ -1181,9 +1237,70 @@ class FakeAnthropic:
         }
         if "context_management" in message:
             delta["context_management"] = message["context_management"]
-        self._event(handler, "message_delta", delta)
-        self._event(handler, "message_stop", {"type": "message_stop"})
+        events.append(("message_delta", delta, 0.0))
+        events.append(("message_stop", {"type": "message_stop"}, 0.0))
+        self._open_stream(handler, request_id)
+        at = min(reply.fault_at, len(events)) if reply.fault is not None else None
+        for position, event in enumerate([*events, None]):
+            if position == at and not self._fault(handler, str(reply.fault)):
+                return
+            if event is not None:
+                self._event(handler, *event)
         self._close_stream(handler)
+
+    # -- broken answers ------------------------------------------------------------------------
+
+    def _fault(self, handler: _Handler, fault: str) -> bool:
+        """Break a stream as `fault` says; True when the rest is still to be sent."""
+        if fault == "malformed":
+            self._chunk(handler, b"event: content_block_delta\n" + faults.MALFORMED)
+            return True
+        if fault == "end":
+            self._close_stream(handler)
+            return False
+        if fault == "silence":
+            self._silences.hold(handler.connection, self._stopping)
+        faults.reset(handler.connection)
+        raise _ClientGone
+
+    def _send_broken_json(
+        self, handler: _Handler, message: dict[str, Any], request_id: str, reply: Reply
+    ) -> None:
+        """A whole answer that breaks after `fault_at` bytes of its body."""
+        data = json.dumps(message).encode()
+        if reply.fault == "malformed":
+            data = data[: max(1, len(data) // 2)]
+        try:
+            handler.send_response(200)
+            handler.send_header("content-type", "application/json")
+            handler.send_header("content-length", str(len(data)))
+            handler.send_header("request-id", request_id)
+            handler.end_headers()
+            faults.send_whole_broken(
+                handler.wfile.write,
+                handler.connection,
+                data,
+                str(reply.fault),
+                reply.fault_at,
+                self._silences,
+                self._stopping,
+            )
+        except (BrokenPipeError, ConnectionResetError) as gone:
+            raise _ClientGone from gone
+        if reply.fault != "malformed":
+            raise _ClientGone
+
+    @property
+    def silent(self) -> int:
+        """Answers held in `silence` right now, their clients still connected."""
+        return self._silences.count
+
+    def _chunk(self, handler: _Handler, payload: bytes) -> None:
+        try:
+            handler.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
+            handler.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError) as gone:
+            raise _ClientGone from gone
 
     def _stream_cut_by_error(
         self, handler: _Handler, request_id: str, message: dict[str, Any], reply: Reply

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -19,7 +20,8 @@ LISTENING = re.compile(r"compactd proxy listening on (http://127\.0\.0\.1:(\d+))
 
 class ProxyProcess:
     """``with ProxyProcess(data_dir, anthropic=URL, window=64000) as proxy:`` → `proxy.base_url`;
-    after it ends, `proxy.log` is everything it wrote and `proxy.returncode` its exit code."""
+    after it ends, `proxy.log` is everything it wrote and `proxy.returncode` its exit code.
+    `open_files` caps its descriptors (soft and hard), as a small machine's limit would."""
 
     def __init__(
         self,
@@ -30,6 +32,7 @@ class ProxyProcess:
         window: int | None = None,
         args: Sequence[str] = (),
         env: dict[str, str] | None = None,
+        open_files: int | None = None,
     ) -> None:
         self.data_dir = data_dir
         command = [sys.executable, "-m", "compactd", "proxy", "--listen", "127.0.0.1:0"]
@@ -41,6 +44,7 @@ class ProxyProcess:
             command += ["--window", str(window)]
         self.command = [*command, *args]
         self.env = {**os.environ, "COMPACTD_DATA_DIR": str(data_dir), **(env or {})}
+        self.open_files = open_files  # its descriptor limit, soft and hard (None: ours)
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"proxy-{os.getpid()}-{id(self)}.log"
         self.base_url = ""
@@ -55,6 +59,7 @@ class ProxyProcess:
             env=self.env,
             stdout=subprocess.PIPE,
             stderr=self._log,
+            preexec_fn=self._limit if self.open_files is not None else None,
         )
         assert self.process.stdout is not None
         deadline = time.monotonic() + timeout
@@ -68,6 +73,10 @@ class ProxyProcess:
                 return self
         self.stop()
         raise RuntimeError(f"the proxy did not start; its log:\n{self.log}")
+
+    def _limit(self) -> None:
+        assert self.open_files is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, self.open_files))
 
     @property
     def port(self) -> int:
