@@ -44,6 +44,7 @@ def proxy_settings(args: argparse.Namespace) -> ProxySettings:
         anthropic_upstream=args.anthropic_upstream,
         openai_upstream=args.openai_upstream,
         window=args.window,
+        context_editing=args.context_editing,
     )
 
 
