@@ -137,6 +137,24 @@ def _output_content(output: Any) -> Any:
     return orjson.dumps(output).decode()
 
 
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+
+
+def _image_block(part: dict[str, Any]) -> dict[str, Any] | None:
+    """An `input_image` of inline bytes as the session's image block, so it is priced as an
+    image (by its size), not as its base64 text; its other keys ride along for the way back.
+    None for any other image (a URL, a file id): it stays an opaque item."""
+    url = part.get("image_url")
+    if not (isinstance(url, str) and url.startswith("data:") and ";base64," in url):
+        return None
+    media, data = url[5:].split(";base64,", 1)
+    if media not in IMAGE_TYPES:
+        return None
+    rest = {k: v for k, v in part.items() if k not in ("type", "image_url")}
+    block = {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
+    return {**block, "openai": rest} if rest else block
+
+
 def _user_blocks(content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
@@ -144,6 +162,8 @@ def _user_blocks(content: Any) -> list[dict[str, Any]]:
     for part in content or []:
         if isinstance(part, dict) and part.get("type") in ("input_text", "output_text"):
             blocks.append({"type": "text", "text": str(part.get("text", ""))})
+        elif isinstance(part, dict) and part.get("type") == "input_image" and _image_block(part):
+            blocks.append(_image_block(part) or {})
         else:
             blocks.append({"type": OPAQUE, "item": part})
     return blocks
@@ -319,13 +339,8 @@ def messages_to_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             elif kind == "image":
                 source = block.get("source") or {}
                 url = f"data:{source.get('media_type')};base64,{source.get('data')}"
-                items.append(
-                    {
-                        "type": "message",
-                        "role": "user",
-                        "content": [{"type": "input_image", "image_url": url}],
-                    }
-                )
+                part = {"type": "input_image", "image_url": url, **(block.get("openai") or {})}
+                items.append({"type": "message", "role": "user", "content": [part]})
         if texts:
             items.append(_text_item(role, texts))
     return items
