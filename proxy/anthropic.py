@@ -49,6 +49,28 @@ def invalid(message: str) -> ApiError:
     return ApiError(400, "invalid_request_error", message)
 
 
+def check_content_type(value: str | None, wire: str) -> None:
+    """A body the APIs read is JSON: another content type is refused as they refuse it (a
+    400 naming it) before anything is kept; no header at all is taken as JSON."""
+    media = (value or "application/json").split(";", 1)[0].strip().lower()
+    if media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        return
+    if wire == "anthropic":
+        raise invalid(
+            f"Unsupported content type: {value!r}. This API accepts 'application/json' requests."
+        )
+    raise ApiError(
+        400,
+        "invalid_request_error",
+        f"Unsupported content type: {value!r}. This API method only accepts "
+        f"'application/json' requests, but you specified the header 'Content-Type: {value}'. "
+        "Please try again with a supported content type.",
+        "unsupported_content_type",
+    )
+
+
 def too_long(exc: CannotFit, wire: str) -> ApiError:
     """The proxy's own "cannot fit" in the words each API uses for a prompt over the window,
     so the agent's reaction to it — its own compaction — runs: `prompt is too long: N tokens

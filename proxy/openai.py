@@ -26,7 +26,7 @@ from aiohttp import web
 from ..context.decompose import Spec, from_anthropic, from_openai
 from ..context.recall import RECALL_TOOL
 from ..context.recall import TOOL_NAME as RECALL_NAME
-from .anthropic import ApiError, SessionKey, invalid, opening
+from .anthropic import ApiError, SessionKey, check_content_type, invalid, opening
 from .history import PassThrough
 from .http import response_headers
 from .sse import Event, EventSplitter, encode
@@ -92,7 +92,7 @@ def recall_function(kind: str) -> dict[str, Any]:
 
 def session_key(headers: Any, body: dict[str, Any], conversation: list[Any]) -> SessionKey:
     """Codex's session (a header, or `prompt_cache_key`), else what starts the conversation
-    (`opening`)."""
+    (`opening`: its instructions and first message, the same in every request of it)."""
     for name in SESSION_HEADERS:
         value = headers.get(name)
         if value:
@@ -429,7 +429,7 @@ async def responses(proxy: Any, request: web.Request) -> web.StreamResponse:
             proxy,
             request,
             body,
-            seed=items[:3],
+            seed=[body.get("instructions"), *fixed, *rest[:1]],
             messages=messages,
             decompose=from_anthropic,
             wire="responses",
@@ -483,7 +483,7 @@ async def chat_completions(proxy: Any, request: web.Request) -> web.StreamRespon
             proxy,
             request,
             body,
-            seed=raw[:3],
+            seed=[*fixed, *rest[:1]],
             messages=rest,
             decompose=from_openai,
             wire="chat",
@@ -528,6 +528,7 @@ def _chat_system_turn(message: Any) -> Any:
 
 async def _body(request: web.Request) -> dict[str, Any]:
     raw = await request.read()
+    check_content_type(request.headers.get("content-type"), "openai")
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import weakref
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -106,6 +107,10 @@ class Proxy:
         self.credentials: dict[str, Credentials] = {}
         self._branch: dict[str, str] = {}  # session -> the branch its latest request used
         self._heads: dict[str, str] = {}  # keyless session -> its latest request, as `chain`
+        # keyless opening -> the lock its requests choose their session under
+        self._choosing: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
         self._recalled: dict[tuple[str, str], list[dict[str, Any]]] = {}  # notes to add
         self._http: aiohttp.ClientSession | None = None
         self._answered_at: dict[str, float] = {}  # upstream -> when it last answered
@@ -350,8 +355,6 @@ class Proxy:
         except PassThrough as why:
             why.session_id = sid
             raise
-        if not key.named:
-            self._heads[sid] = chain(fingerprints)[-1]
         placed, params = box[0]
         return placed, params, outcome.rendered
 
@@ -407,12 +410,17 @@ class Proxy:
 
     async def _session_for(self, key: api.SessionKey, fingerprints: list[str]) -> str:
         """The session a request goes to: the one its client names; else, for a request that
-        names none, one of the sessions its opening starts (`_keyless`)."""
+        names none, one of the sessions its opening starts (`_keyless`), chosen one request at
+        a time per opening and kept as that session's latest request before any other looks."""
         if key.named:
             return _session_id(key.value)
-        async for sid, extends in self._keyless(key, fingerprints):
-            if extends is not False:
-                return sid
+        links = chain(fingerprints)
+        lock = self._choosing.setdefault(key.value, asyncio.Lock())
+        async with lock:
+            async for sid, extends in self._keyless(key, links, fingerprints):
+                if extends is not False:
+                    self._heads[sid] = links[-1]
+                    return sid
         return _session_id(key.value)
 
     async def _known_session(self, key: api.SessionKey, fingerprints: list[str]) -> str | None:
@@ -423,24 +431,23 @@ class Proxy:
                 None, lambda: self.engine.library.exists(sid)
             )
             return sid if exists else None
-        async for sid, extends in self._keyless(key, fingerprints):
-            if extends:
-                return sid
-            if extends is None:
-                return None
+        async for sid, extends in self._keyless(key, chain(fingerprints), fingerprints):
+            if extends is not False:
+                return sid if extends else None
         return None
 
     async def _keyless(
-        self, key: api.SessionKey, fingerprints: list[str]
+        self, key: api.SessionKey, links: list[str], fingerprints: list[str]
     ) -> AsyncIterator[tuple[str, bool | None]]:
         """The sessions a conversation that names none may be in, with whether the request
         extends the conversation last placed there (None: no session has that id yet). Its
         key is a digest of how it starts, and unrelated conversations that start alike (an
         SDK's first question) must not share one session — nor queue behind each other in its
         turn — so each takes the first of `<key>`, `<key>.2`, … whose latest request this one
-        extends, or the first one free. A conversation's own rewrite (an edit, a retry from
-        an earlier point) looks the same as another conversation, and gets a session too."""
-        prefixes = set(chain(fingerprints))
+        extends (`links`: its history's prefixes, as `chain`), or the first one free. A
+        conversation's own rewrite (an edit, a retry from an earlier point) looks the same as
+        another conversation, and gets a session too."""
+        prefixes = set(links)
         base = _session_id(key.value)
         for n in range(1, KEYLESS_SESSIONS + 1):
             sid = base if n == 1 else f"{base}.{n}"
@@ -847,7 +854,8 @@ def _dumps(value: Any) -> str:
 
 
 async def _json_body(request: web.Request) -> Any:
-    raw = await request.read()
+    raw = await request.read()  # read whole first: a client still sending gets the answer
+    api.check_content_type(request.headers.get("content-type"), "anthropic")
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:

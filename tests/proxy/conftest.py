@@ -56,3 +56,19 @@ def snapshot(data: Path) -> dict[str, bytes]:
         for p in sorted(data.rglob("*"))
         if p.is_file() and not p.name.endswith(".lock")
     }
+
+
+def usage_recorded(data: Path, session_id: str, count: int, timeout: float = 60.0) -> None:
+    """Wait until the session holds `count` usage records: a streamed answer's usage is kept
+    once the stream has ended, which the client may see first."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        path = data / "sessions" / f"{session_id}.jsonl"
+        events = events_of(data, session_id) if path.exists() else []
+        found = sum(1 for e in events if e.get("t") == "record" and e["r"]["kind"] == "usage")
+        if found >= count:
+            return
+        assert time.monotonic() < deadline, f"{session_id}: {found} of {count} usage records"
+        time.sleep(0.05)

@@ -2,7 +2,8 @@
 sent over HTTP streamed or not: what the proxy tests compare across wires.
 
 A history is a list of steps — `User(text)`, `Call(id, output)` (an assistant's tool call and its
-result), `Said(text)` (an assistant's text) — and `Wire.body` writes it as that API's request."""
+result), `Parallel(calls)` (calls made at once), `Said(text)` (an assistant's text) — and
+`Wire.body` writes it as that API's request."""
 
 from __future__ import annotations
 
@@ -35,7 +36,14 @@ class Said:
     text: str
 
 
-Step = User | Call | Said
+@attrs.frozen
+class Parallel:
+    """Calls the model made at once: one assistant message, their results together."""
+
+    calls: tuple[Call, ...]
+
+
+Step = User | Call | Said | Parallel
 
 
 @attrs.frozen
@@ -46,6 +54,12 @@ class Wire:
     @property
     def path(self) -> str:
         return PATHS[self.name]
+
+    @property
+    def reports_usage(self) -> bool:
+        """Whether an answer on this wire carries its usage (a Chat Completions stream does
+        only when asked to, with `stream_options`)."""
+        return not (self.name == "chat" and self.stream)
 
     def headers(self, session: str | None = None, key: str | None = KEY) -> dict[str, str]:
         out = {"content-type": "application/json"}
@@ -96,6 +110,10 @@ class Wire:
         )
 
 
+def _calls(step: Call | Parallel) -> tuple[Call, ...]:
+    return step.calls if isinstance(step, Parallel) else (step,)
+
+
 def _anthropic(history: list[Step]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for step in history:
@@ -104,9 +122,15 @@ def _anthropic(history: list[Step]) -> list[dict[str, Any]]:
         elif isinstance(step, Said):
             out.append({"role": "assistant", "content": [{"type": "text", "text": step.text}]})
         else:
-            call = {"type": "tool_use", "id": step.id, "name": "Bash", "input": {"c": step.command}}
-            result = {"type": "tool_result", "tool_use_id": step.id, "content": step.output}
-            out += [{"role": "assistant", "content": [call]}, {"role": "user", "content": [result]}]
+            calls = [
+                {"type": "tool_use", "id": c.id, "name": "Bash", "input": {"c": c.command}}
+                for c in _calls(step)
+            ]
+            results = [
+                {"type": "tool_result", "tool_use_id": c.id, "content": c.output}
+                for c in _calls(step)
+            ]
+            out += [{"role": "assistant", "content": calls}, {"role": "user", "content": results}]
     return out
 
 
@@ -118,15 +142,20 @@ def _chat(history: list[Step]) -> list[dict[str, Any]]:
         elif isinstance(step, Said):
             out.append({"role": "assistant", "content": step.text})
         else:
-            arguments = orjson.dumps({"c": step.command}).decode()
-            call = {
-                "id": step.id,
-                "type": "function",
-                "function": {"name": "shell", "arguments": arguments},
-            }
+            calls = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {
+                        "name": "shell",
+                        "arguments": orjson.dumps({"c": c.command}).decode(),
+                    },
+                }
+                for c in _calls(step)
+            ]
+            out.append({"role": "assistant", "content": None, "tool_calls": calls})
             out += [
-                {"role": "assistant", "content": None, "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": step.id, "content": step.output},
+                {"role": "tool", "tool_call_id": c.id, "content": c.output} for c in _calls(step)
             ]
     return out
 
@@ -151,15 +180,18 @@ def _responses(history: list[Step]) -> list[dict[str, Any]]:
                 }
             )
         else:
-            arguments = orjson.dumps({"c": step.command}).decode()
             out += [
                 {
                     "type": "function_call",
-                    "call_id": step.id,
+                    "call_id": c.id,
                     "name": "shell",
-                    "arguments": arguments,
-                },
-                {"type": "function_call_output", "call_id": step.id, "output": step.output},
+                    "arguments": orjson.dumps({"c": c.command}).decode(),
+                }
+                for c in _calls(step)
+            ]
+            out += [
+                {"type": "function_call_output", "call_id": c.id, "output": c.output}
+                for c in _calls(step)
             ]
     return out
 
