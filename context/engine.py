@@ -24,7 +24,16 @@ from .errors import CompactdError, InvalidContent, Stopped, TooLarge
 from .graph import Graph, Node, Record
 from .policy import Policy, check_session_config, policy_from_config
 from .projection import COLLAPSE, IDLE, PASSTHROUGH, REACTIVE, UNCOLLAPSE, USAGE, project
-from .recall import CUT, Recalled, page, resolve, shown_content, text_of
+from .recall import (
+    CUT,
+    Recalled,
+    Search,
+    page,
+    resolve,
+    search_lines,
+    shown_content,
+    text_of,
+)
 from .render.request import Rendered, RenderParams, render_request
 from .session import UNSET, AppendResult, Library, Session, collector_paused
 from .stores.interface import SessionCounts, SessionStore, log_size
@@ -756,15 +765,20 @@ class Engine:
         start_line: int | None = None,
         end_line: int | None = None,
         branch: str | None = None,
+        search: Search | None = None,
     ) -> Recalled:
-        """What a handle stands for, a page of it. A cut note's handle recalled without lines
-        starts at the first line the cut left out (the model has the lines before it)."""
+        """What a handle stands for, a page of it — or, with `search`, the lines of it that
+        match (all of it searched unless lines are given). A cut note's handle paged without
+        lines starts at the first line the cut left out (the model has the lines before it).
+        Reads only: a refusal (a foreign handle, a search RE2 will not run) writes nothing."""
         session = self.session(session_id)
         g = session.graph
         policy = self.policy(session)
         path = g.branch_path(branch)
         node, part = resolve(g, handle, path)
         text = text_of(g, node, part, path)
+        if search is not None:
+            return search_lines(text, search, policy.recall_max_chars, start_line, end_line)
         if part == CUT and start_line is None:
             start_line = first_cut_line(
                 shown_content(g, node),

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from ..context.budget import Budget, known_model
 from ..context.engine import RenderParams as EngineRenderParams
 from ..context.policy import policy_from_config
+from ..context.recall import Search
 from ..context.render.request import Rendered, RequestSpec
 from ..context.session import UNSET, Session
 from ..context.visibility import ViewOptions
@@ -254,10 +255,12 @@ def register(server: Any, app: App) -> None:
 
     @rpc(server, m.CONTEXT_RECALL)
     async def context_recall(ls: CompactdServer, p: t.RecallParams) -> t.RecallResult:
+        search = Search.of(p.search, p.regex, p.context)  # refused before any read
+
         def work(session: Session) -> t.RecallResult:
-            got = engine.recall(session.id, p.handle, p.start_line, p.end_line, p.branch)
+            got = engine.recall(session.id, p.handle, p.start_line, p.end_line, p.branch, search)
             return t.RecallResult(
-                got.text, got.total_lines, got.start_line, got.end_line, got.truncated
+                got.text, got.total_lines, got.start_line, got.end_line, got.truncated, got.matches
             )
 
         return await app.run(p.session_id, work)

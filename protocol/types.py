@@ -359,22 +359,32 @@ class UncollapseResult:
 @attrs.define
 class RecallParams:
     """Answer the model's `compactd_recall` call: lines of what a handle in a rendered
-    marker stands for, at most `recallMaxChars` characters of whole lines."""
+    marker stands for, at most `recallMaxChars` characters of whole lines — or, with
+    `search`, the lines that contain it (plain text; `regex`: an RE2 regular expression),
+    each with its number and `context` lines around it (default 1, at most 5); `startLine`
+    and `endLine` then bound the lines searched."""
 
     session_id: str
     handle: str
     start_line: int | None = None
     end_line: int | None = None
     branch: str | None = None
+    search: str | None = None
+    regex: bool | None = None
+    context: int | None = None
 
 
 @attrs.define
 class RecallResult:
+    """`endLine`: the last line the answer covers (a cut one, `truncated`, goes on from the
+    next); `matches`: for a search, how many lines matched in all."""
+
     text: str
     total_lines: int
     start_line: int
     end_line: int
     truncated: bool
+    matches: int | None = None
 
 
 @attrs.define
