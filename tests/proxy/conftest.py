@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -72,3 +73,23 @@ def usage_recorded(data: Path, session_id: str, count: int, timeout: float = 60.
             return
         assert time.monotonic() < deadline, f"{session_id}: {found} of {count} usage records"
         time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def proxied(
+    data: Path, **options: Any
+) -> Iterator[tuple[ProxyProcess, tuple[FakeAnthropic, FakeOpenAI]]]:
+    """Both loopback upstreams and a proxy of its own in front of them (`options`: the
+    proxy's), for a test that needs a fresh one."""
+    with FakeAnthropic() as anthropic:
+        openai = FakeOpenAI().start()
+        try:
+            with ProxyProcess(
+                data,
+                anthropic=anthropic.base_url,
+                openai=f"http://127.0.0.1:{openai.port}",
+                **options,
+            ) as running:
+                yield running, (anthropic, openai)
+        finally:
+            openai.stop()

@@ -16,13 +16,11 @@ import httpx2
 import orjson
 import pytest
 
-from tests.support.fake_anthropic import FakeAnthropic
-from tests.support.fake_openai import FakeOpenAI
 from tests.support.media import png
 from tests.support.proxy import ProxyProcess
 from tests.support.wires import Wire, reset, upstream_bodies
 
-from .conftest import events_of, snapshot
+from .conftest import events_of, proxied, snapshot
 
 IMAGES = 6  # of ~4.9 MB each, base64: 29 MB in one message
 TEXT = "".join(
@@ -37,17 +35,8 @@ def image() -> str:
 
 @pytest.fixture(scope="module")
 def big_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    with FakeAnthropic() as anthropic:
-        openai = FakeOpenAI().start()
-        try:
-            with ProxyProcess(
-                tmp_path_factory.mktemp("big") / "data",
-                anthropic=anthropic.base_url,
-                openai=f"http://127.0.0.1:{openai.port}",
-            ) as proxy:
-                yield proxy, (anthropic, openai)
-        finally:
-            openai.stop()
+    with proxied(tmp_path_factory.mktemp("big") / "data") as running:
+        yield running
 
 
 def _images_message(wire: Wire, data: str) -> dict[str, Any]:
@@ -148,42 +137,32 @@ def test_a_message_the_store_will_not_hold_is_sent_on_and_the_session_stays(
     tmp_path: Path, wire: Wire
 ) -> None:
     session = f"limited-{wire.name}"
-    with FakeAnthropic() as anthropic:
-        openai = FakeOpenAI().start()
-        fakes = (anthropic, openai)
-        try:
-            with ProxyProcess(
-                tmp_path / "data",
-                anthropic=anthropic.base_url,
-                openai=f"http://127.0.0.1:{openai.port}",
-                env={"COMPACTD_MAX_MESSAGE_BYTES": str(256 * 1024)},
-            ) as proxy:
-                small = _answer_and_ask(wire, "hello")[1:]
-                assert _send(proxy, wire, small, session).status_code == 200
-                before = snapshot(tmp_path / "data")
-                history = [*small, *_answer_and_ask(wire, "x" * 400_000)]
-                for _ in range(2):  # that request, and the same history again
-                    response = _send(proxy, wire, history, session)
-                    assert response.status_code == 200, response.text[:300]
-                    sent = upstream_bodies(fakes, wire)[-1]
-                    assert sent == {**wire.body([]), **_history_key(wire, history)}
-                after = snapshot(tmp_path / "data")
-                # nothing of the big message was written; the pass-throughs were counted
-                log = after.pop(f"sessions/{session}.jsonl")
-                assert b"x" * 1000 not in log
-                assert log.startswith(before[f"sessions/{session}.jsonl"])
-                records = [
-                    e["r"]
-                    for e in events_of(tmp_path / "data", session)
-                    if e.get("t") == "record" and e["r"]["kind"] == "passthrough"
-                ]
-                assert len(records) == 2 and "maxMessageBytes" in records[0]["data"]["reason"]
-                # the session is as usable as before: a request without it is managed
-                again = [*small, *_answer_and_ask(wire, "a short question instead")]
-                assert _send(proxy, wire, again, session).status_code == 200
-                assert b"compactd_recall" in orjson.dumps(upstream_bodies(fakes, wire)[-1])
-        finally:
-            openai.stop()
+    limit = {"COMPACTD_MAX_MESSAGE_BYTES": str(256 * 1024)}
+    with proxied(tmp_path / "data", env=limit) as (proxy, fakes):
+        small = _answer_and_ask(wire, "hello")[1:]
+        assert _send(proxy, wire, small, session).status_code == 200
+        before = snapshot(tmp_path / "data")
+        history = [*small, *_answer_and_ask(wire, "x" * 400_000)]
+        for _ in range(2):  # that request, and the same history again
+            response = _send(proxy, wire, history, session)
+            assert response.status_code == 200, response.text[:300]
+            sent = upstream_bodies(fakes, wire)[-1]
+            assert sent == {**wire.body([]), **_history_key(wire, history)}
+        after = snapshot(tmp_path / "data")
+        # nothing of the big message was written; the pass-throughs were counted
+        log = after.pop(f"sessions/{session}.jsonl")
+        assert b"x" * 1000 not in log
+        assert log.startswith(before[f"sessions/{session}.jsonl"])
+        records = [
+            e["r"]
+            for e in events_of(tmp_path / "data", session)
+            if e.get("t") == "record" and e["r"]["kind"] == "passthrough"
+        ]
+        assert len(records) == 2 and "maxMessageBytes" in records[0]["data"]["reason"]
+        # the session is as usable as before: a request without it is managed
+        again = [*small, *_answer_and_ask(wire, "a short question instead")]
+        assert _send(proxy, wire, again, session).status_code == 200
+        assert b"compactd_recall" in orjson.dumps(upstream_bodies(fakes, wire)[-1])
     assert "maxMessageBytes" in proxy.log
 
 

@@ -14,10 +14,9 @@ import orjson
 
 from tests.support.fake_anthropic import FakeAnthropic
 from tests.support.fake_openai import FakeOpenAI
-from tests.support.proxy import ProxyProcess
 from tests.support.wires import Call, Said, Step, User, Wire
 
-from .conftest import events_of
+from .conftest import events_of, proxied
 
 TURNS = 25
 SESSIONS = 16  # besides the shared one
@@ -48,31 +47,19 @@ def _usage_records(data: Path, session: str) -> int:
 
 def test_concurrent_sessions_and_sub_agents_never_race(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    with FakeAnthropic() as anthropic:
-        openai = FakeOpenAI().start()
-        try:
-            with ProxyProcess(
-                data,
-                anthropic=anthropic.base_url,
-                openai=f"http://127.0.0.1:{openai.port}",
-                args=["--summary-provider", "digest"],
-            ) as proxy:
-                jobs: list[tuple[str, str, Wire]] = [
-                    (f"alone-{k}", f"a{k}", WIRES[k % len(WIRES)]) for k in range(SESSIONS)
-                ]
-                jobs += [
-                    ("shared-parent", f"sub{k}", WIRES[k % len(WIRES)]) for k in range(SUB_AGENTS)
-                ]
-                with ThreadPoolExecutor(len(jobs)) as pool:
-                    futures = [
-                        pool.submit(_conversation, proxy.base_url, session, name, wire)
-                        for session, name, wire in jobs
-                    ]
-                    statuses = [s for f in futures for s in f.result()]
-            sent = [r.body for r in anthropic.messages_requests()]
-            sent += [r["body"] for r in openai.records]
-        finally:
-            openai.stop()
+    with proxied(data, args=["--summary-provider", "digest"]) as (proxy, (anthropic, openai)):
+        jobs: list[tuple[str, str, Wire]] = [
+            (f"alone-{k}", f"a{k}", WIRES[k % len(WIRES)]) for k in range(SESSIONS)
+        ]
+        jobs += [("shared-parent", f"sub{k}", WIRES[k % len(WIRES)]) for k in range(SUB_AGENTS)]
+        with ThreadPoolExecutor(len(jobs)) as pool:
+            futures = [
+                pool.submit(_conversation, proxy.base_url, session, name, wire)
+                for session, name, wire in jobs
+            ]
+            statuses = [s for f in futures for s in f.result()]
+        sent = [r.body for r in anthropic.messages_requests()]
+        sent += [r["body"] for r in openai.records]
     assert statuses == [200] * len(jobs) * TURNS
     assert proxy.returncode == 0
     log = proxy.log

@@ -14,9 +14,11 @@ import orjson
 import pytest
 
 from tests.support.fake_anthropic import FakeAnthropic, estimate_prompt_tokens
-from tests.support.fake_openai import FakeOpenAI, chat_prompt, responses_prompt
+from tests.support.fake_openai import chat_prompt, responses_prompt
 from tests.support.proxy import ProxyProcess
 from tests.support.wires import Call, Step, User, Wire, upstream_bodies, upstream_statuses
+
+from .conftest import proxied
 
 WINDOW = 16_000
 STEPS = 45
@@ -47,23 +49,14 @@ def _session(proxy: ProxyProcess, wire: Wire, session: str) -> list[int]:
 def test_an_upstream_that_counts_the_body_as_sent_gets_bodies_under_the_window(
     tmp_path: Path, wire: Wire
 ) -> None:
-    with FakeAnthropic() as anthropic:
+    digest = ["--summary-provider", "digest"]
+    with proxied(tmp_path / "data", window=WINDOW, args=digest) as (proxy, fakes):
+        anthropic, openai = fakes
         anthropic.context_window, anthropic.applies_edits = WINDOW, False
-        openai = FakeOpenAI().start()
         openai.context_window = WINDOW
-        try:
-            with ProxyProcess(
-                tmp_path / "data",
-                anthropic=anthropic.base_url,
-                openai=f"http://127.0.0.1:{openai.port}",
-                window=WINDOW,
-                args=["--summary-provider", "digest"],
-            ) as proxy:
-                statuses = _session(proxy, wire, "as-sent")
-            sent = upstream_bodies((anthropic, openai), wire)
-            answered = upstream_statuses((anthropic, openai), wire)
-        finally:
-            openai.stop()
+        statuses = _session(proxy, wire, "as-sent")
+        sent = upstream_bodies(fakes, wire)
+        answered = upstream_statuses(fakes, wire)
     assert statuses == [200] * STEPS  # no prompt-too-long reached the client
     assert answered == [200] * STEPS  # nor did the upstream refuse one
     assert max(_as_sent(wire, body) for body in sent) <= WINDOW

@@ -34,7 +34,7 @@ from tests.support.wires import (
     upstream_bodies,
 )
 
-from .conftest import events_of, snapshot, usage_recorded
+from .conftest import events_of, proxied, snapshot, usage_recorded
 
 all_wires = pytest.mark.parametrize(
     "wire", [Wire(name, stream) for name in WIRES for stream in (False, True)], ids=str
@@ -78,37 +78,28 @@ def _error(response: Any, wire: Wire) -> dict[str, Any]:
 
 @all_wires
 def test_a_running_turn_is_shortened_then_refused_in_the_api_s_words(
-    proxy: ProxyProcess, fakes: tuple[FakeAnthropic, FakeOpenAI], wire: Wire, tmp_path: Path
+    wire: Wire, tmp_path: Path
 ) -> None:
-    with FakeAnthropic() as anthropic:
-        openai = FakeOpenAI().start()
-        fakes = (anthropic, openai)
-        try:
-            with ProxyProcess(
-                tmp_path / "data",
-                anthropic=anthropic.base_url,
-                openai=f"http://127.0.0.1:{openai.port}",
-                window=9_000,
-                args=["--summary-provider", "digest"],
-            ) as capped:
-                session = f"running-{wire.name}"
-                history: list[Step] = [User("read every part, then sum them up")]
-                for n in range(4):  # one running turn, three calls a step
-                    history += _step(n)
-                    response = wire.send(capped.base_url, history, session)
-                    assert response.status_code == 200, response.text[:300]
-                shown = _results(upstream_bodies(fakes, wire)[-1], wire)
-                assert len(shown) == 12
-                # the running turn's older results went; its newest step's stayed whole
-                assert all(RESULT[:400] in text for text in shown[-3:]), "newest step whole"
-                assert not any(RESULT[:400] in text for text in shown[:3]), "oldest step kept"
-                usage_recorded(tmp_path / "data", session, 4 if wire.reports_usage else 0)
-                before = snapshot(tmp_path / "data")
-                history += _step(4, calls=10)  # a newest step over the window by itself
-                refused = wire.send(capped.base_url, history, session)
-                assert snapshot(tmp_path / "data") == before  # the refusal wrote nothing
-        finally:
-            openai.stop()
+    with proxied(tmp_path / "data", window=9_000, args=["--summary-provider", "digest"]) as (
+        capped,
+        fakes,
+    ):
+        session = f"running-{wire.name}"
+        history: list[Step] = [User("read every part, then sum them up")]
+        for n in range(4):  # one running turn, three calls a step
+            history += _step(n)
+            response = wire.send(capped.base_url, history, session)
+            assert response.status_code == 200, response.text[:300]
+        shown = _results(upstream_bodies(fakes, wire)[-1], wire)
+        assert len(shown) == 12
+        # the running turn's older results went; its newest step's stayed whole
+        assert all(RESULT[:400] in text for text in shown[-3:]), "newest step whole"
+        assert not any(RESULT[:400] in text for text in shown[:3]), "oldest step kept"
+        usage_recorded(tmp_path / "data", session, 4 if wire.reports_usage else 0)
+        before = snapshot(tmp_path / "data")
+        history += _step(4, calls=10)  # a newest step over the window by itself
+        refused = wire.send(capped.base_url, history, session)
+        assert snapshot(tmp_path / "data") == before  # the refusal wrote nothing
     assert refused.status_code == 400, refused.text[:300]
     error = _error(refused, wire)
     assert error["type"] == "invalid_request_error"
@@ -196,27 +187,18 @@ def test_conversations_that_start_alike_get_sessions_of_their_own(
     tmp_path: Path, wire: Wire
 ) -> None:
     clients = 8
-    with FakeAnthropic() as anthropic:
-        openai = FakeOpenAI().start()
-        try:
-            with ProxyProcess(
-                tmp_path / "data",
-                anthropic=anthropic.base_url,
-                openai=f"http://127.0.0.1:{openai.port}",
-            ) as proxy:
+    with proxied(tmp_path / "data") as (proxy, _fakes):
 
-                def converse(k: int) -> list[int]:
-                    history: list[Step] = [User("Summarize this repository.")]  # everyone's
-                    statuses = []
-                    for turn in range(6):
-                        statuses.append(wire.send(proxy.base_url, history).status_code)
-                        history += [Said(f"client {k} heard {turn}"), User(f"client {k}: {turn}")]
-                    return statuses
+        def converse(k: int) -> list[int]:
+            history: list[Step] = [User("Summarize this repository.")]  # everyone's
+            statuses = []
+            for turn in range(6):
+                statuses.append(wire.send(proxy.base_url, history).status_code)
+                history += [Said(f"client {k} heard {turn}"), User(f"client {k}: {turn}")]
+            return statuses
 
-                with ThreadPoolExecutor(clients) as pool:
-                    statuses = [s for got in pool.map(converse, range(clients)) for s in got]
-        finally:
-            openai.stop()
+        with ThreadPoolExecutor(clients) as pool:
+            statuses = [s for got in pool.map(converse, range(clients)) for s in got]
     assert statuses == [200] * clients * 6
     logs = sorted((tmp_path / "data" / "sessions").glob("*.jsonl"))
     assert len(logs) == clients  # one session each, however alike they began
