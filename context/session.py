@@ -174,6 +174,8 @@ class Session:
             return
         if self.unborn is not None:
             self._create()
+        elif self._held is not None and not self._held.events:
+            self._held = None  # nothing to write
         elif self._held is not None:
             with self.store.locked(self.id):
                 self._write_held()
@@ -183,7 +185,10 @@ class Session:
         nothing (written already, by `flush` or another write)."""
         if not self.holds(owner):
             return False
-        self.reload()
+        if self._held is not None and not self._held.events and self.unborn is None:
+            self._held = None  # nothing was applied: the graph is its log's already
+        else:
+            self.reload()
         return True
 
     def _write_held(self) -> None:

@@ -422,7 +422,7 @@ async def responses(proxy: Any, request: web.Request) -> web.StreamResponse:
     fixed, rest = split_instructions(items)
     messages = items_to_messages(rest)
     if not messages:
-        return await proxy.plain(request, body, PassThrough(_NOTHING_TO_KEEP))
+        return await proxy._plain(request, body, _NOTHING_TO_KEEP)
     instructions = [body.get("instructions") or "", *(_text(i.get("content")) for i in fixed)]
     try:
         turn = await _placed(
@@ -438,7 +438,7 @@ async def responses(proxy: Any, request: web.Request) -> web.StreamResponse:
             format="anthropic",
         )
     except PassThrough as why:
-        return await proxy.plain(request, body, why)
+        return await proxy._plain(request, body, why.reason, why.session_id)
     recall = turn.placed.recall
     tools = body.get("tools") if isinstance(body.get("tools"), list) else []
 
@@ -476,7 +476,7 @@ async def chat_completions(proxy: Any, request: web.Request) -> web.StreamRespon
         n += 1
     fixed, rest = raw[:n], [_chat_system_turn(m) for m in raw[n:]]
     if not rest:
-        return await proxy.plain(request, body, PassThrough(_NOTHING_TO_KEEP))
+        return await proxy._plain(request, body, _NOTHING_TO_KEEP)
     stream = body.get("stream") is True
     try:
         turn = await _placed(
@@ -493,7 +493,7 @@ async def chat_completions(proxy: Any, request: web.Request) -> web.StreamRespon
             recall=False if stream else None,  # a streamed call cannot be held back here
         )
     except PassThrough as why:
-        return await proxy.plain(request, body, why)
+        return await proxy._plain(request, body, why.reason, why.session_id)
     recall = turn.placed.recall and not stream
     tools = body.get("tools") if isinstance(body.get("tools"), list) else []
 

@@ -60,7 +60,6 @@ FRESH_SECONDS = 30.0
 """An upstream that answered this recently is not probed before a request is kept."""
 ANTHROPIC_API = "api.anthropic.com"
 """The upstream known to apply context edits before the prompt reaches the model."""
-CONTEXT_EDITING = ("auto", "server", "client")
 KEYLESS_SESSIONS = 64
 """Sessions one opening may start among requests that name none (see `Proxy._keyless`)."""
 
@@ -214,7 +213,7 @@ class Proxy:
                 ),
             )
         except PassThrough as why:
-            return await self.plain(request, body, why)
+            return await self._plain(request, body, why.reason, why.session_id)
         notes = self._recalled.pop((placed.session_id, placed.branch), None)
         outgoing = self._anthropic_body(req, rendered, notes)
         for attempt in (0, 1):
@@ -326,8 +325,10 @@ class Proxy:
             specs = sorted_specs(decompose(messages))
         except InvalidContent as exc:
             raise PassThrough(f"its history cannot be read as compactd stores it ({exc})") from None
-        fingerprints = await self.app.work.run(None, lambda: request_fingerprints(specs))
-        sid = await self._session_for(key, fingerprints)
+        fingerprints: list[str] | None = None
+        if not key.named:  # the session is chosen by them (else they are made in its turn)
+            fingerprints = await self.app.work.run(None, lambda: request_fingerprints(specs))
+        sid = await self._session_for(key, fingerprints or [])
         upstream = (
             self.settings.anthropic_upstream
             if wire == "anthropic"
@@ -348,12 +349,14 @@ class Proxy:
             if sid not in self.engine.sessions:
                 await self.app.work.run(sid, lambda: self._open(sid, config, meta))
             outcome, _provider = await cascade(self.app, sid, steps, None)
-        except CannotFit as exc:  # the cascade wrote nothing; the tail goes too
-            if box:
-                await self._settle(box[0][0], None)
-            raise api.too_long(exc, wire) from None
         except PassThrough as why:
             why.session_id = sid
+            raise
+        except CompactdError as exc:  # the cascade wrote nothing; the tail goes too
+            if box:
+                await self._settle(box[0][0], None)
+            if isinstance(exc, CannotFit):
+                raise api.too_long(exc, wire) from None
             raise
         placed, params = box[0]
         return placed, params, outcome.rendered
@@ -368,10 +371,12 @@ class Proxy:
         self,
         session: Session,
         specs: list[Spec],
-        fingerprints: list[str],
+        fingerprints: list[str] | None,
     ) -> Placed:
         """`place`'s first step, in the session's turn: the tail on its branch, held."""
         sid = session.id
+        if fingerprints is None:
+            fingerprints = request_fingerprints(specs)
         found = match(session.graph, fingerprints, self._branch.get(sid))
         placed = Placed(sid, found.branch, self.engine.policy(session).recall)
         tail = specs[found.shared :]
@@ -791,19 +796,24 @@ class Proxy:
             data = orjson.dumps(body)
         return Upstream(self.http, method, url, headers, data, lambda: self.answered(base))
 
-    async def plain(self, request: web.Request, body: Any, why: PassThrough) -> web.StreamResponse:
+    async def _plain(
+        self, request: web.Request, body: Any, reason: str, session_id: str | None = None
+    ) -> web.StreamResponse:
         """A request the proxy could not manage, sent on unchanged and relayed as it comes —
-        that request only (the next one is placed again), said in the log and counted on its
-        session."""
-        sid = why.session_id
+        that request only (the next one is placed again), said in the log with `reason` and
+        counted on its session (`Engine.record_passthrough`)."""
+        sid = session_id
         log.warning(
             "session %s: %s; this request goes upstream as the client sent it",
             sid or "(none)",
-            why.reason,
+            reason,
         )
-        if sid is not None and (sid in self.engine.sessions or self.engine.library.exists(sid)):
+        if sid is not None and (
+            sid in self.engine.sessions
+            or await self.app.work.run(None, lambda: self.engine.library.exists(sid))
+        ):
             try:
-                await self.app.run(sid, lambda _s: self.engine.record_passthrough(sid, why.reason))
+                await self.app.run(sid, lambda _s: self.engine.record_passthrough(sid, reason))
             except CompactdError as exc:
                 log.warning("session %s: the pass-through was not counted: %s", sid, exc)
         base = (
