@@ -606,6 +606,15 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
         help="cap every request's context window at this many tokens (default: the model's)",
     )
     parser.add_argument(
+        "--context-editing",
+        choices=("auto", "server", "client"),
+        default="auto",
+        help="where old tool results are cleared on the Messages API: server (a context edit "
+        "the upstream applies before the prompt reaches the model), client (in the body as "
+        "sent: for an upstream that counts the body or drops the edits); auto (default): "
+        "server for api.anthropic.com, client for any other upstream",
+    )
+    parser.add_argument(
         "--no-recall",
         action="store_true",
         help="do not offer the model compactd_recall (the proxy answers it by default)",

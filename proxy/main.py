@@ -22,6 +22,7 @@ import attrs
 from aiohttp import web
 
 from ..context.errors import CompactdError
+from ..context.policy import MAX_REQUEST_BYTES
 from ..context.secrets import scrub_logs
 from ..context.stores import default_data_dir
 from ..service import background
@@ -32,6 +33,8 @@ from .server import Proxy, ProxySettings
 from .summarizer import UpstreamSummarizer
 
 log = logging.getLogger("compactd.proxy")
+MESSAGE_ENVELOPE = 64 * 1024
+"""What a stored event adds around a message (its sequence number, ids, time)."""
 
 
 def proxy_settings(args: argparse.Namespace) -> ProxySettings:
@@ -61,6 +64,7 @@ def proxy_settings(args: argparse.Namespace) -> ProxySettings:
         stats=not getattr(args, "no_stats", False),
         upstream_idle_seconds=args.upstream_idle_timeout,
         client_timeout_seconds=args.client_timeout,
+        context_editing=args.context_editing,
     )
 
 
@@ -73,6 +77,17 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def message_limit(limits: dict[str, int]) -> dict[str, int]:
+    """The proxy stores any message a request it takes can hold: unless the environment sets
+    `maxMessageBytes`, it follows the request limit (a stored message is never bigger than
+    the request that brought it, give or take its envelope), so whatever the API accepts (32
+    MB a request) the proxy keeps too."""
+    if "max_message_bytes" in limits:
+        return limits
+    request = limits.get("max_request_bytes", MAX_REQUEST_BYTES)
+    return {**limits, "max_message_bytes": request + MESSAGE_ENVELOPE}
+
+
 def build(args: argparse.Namespace) -> tuple[App, Proxy]:
     settings = settings_from(
         args,
@@ -83,7 +98,11 @@ def build(args: argparse.Namespace) -> tuple[App, Proxy]:
     # recall is on in the proxy (the proxy answers it, so no client has to): a default for
     # sessions without their own `recall`; --no-recall turns it off for every session
     recall = {"recall": False} if args.no_recall else {}
-    settings = attrs.evolve(settings, config={"recall": True, **settings.config, **recall})
+    settings = attrs.evolve(
+        settings,
+        config={"recall": True, **settings.config, **recall},
+        limits=message_limit(settings.limits),
+    )
     config = proxy_settings(args)
     proxy: Proxy | None = None
 

@@ -28,7 +28,8 @@ from ..context.decompose import Spec, from_anthropic, from_openai
 from ..context.recall import RECALL_TOOL
 from ..context.recall import TOOL_NAME as RECALL_NAME
 from ..service.stats import Usage
-from .anthropic import ApiError, invalid
+from .anthropic import ApiError, SessionKey, check_content_type, invalid, opening
+from .history import PassThrough
 from .http import response_headers
 from .relay import ClientStream, relay_answer, scrubbed, whole_answer
 from .sse import Event, encode
@@ -43,6 +44,9 @@ OUTPUT_ITEMS = {
     "custom_tool_call_output": "custom_tool_call",
 }
 SESSION_HEADERS = ("session-id", "session_id", "conversation_id", "thread-id")
+
+
+_NOTHING_TO_KEEP = "it holds only the instructions, no conversation to keep"
 
 
 def is_openai_path(path: str) -> bool:
@@ -64,7 +68,7 @@ def error_body(exc: ApiError) -> dict[str, Any]:
             "message": exc.message,
             "type": _OPENAI_TYPES.get(exc.kind, exc.kind),
             "param": None,
-            "code": "not_found" if exc.status == 404 else None,
+            "code": exc.code or ("not_found" if exc.status == 404 else None),
         }
     }
 
@@ -97,18 +101,17 @@ def recall_function(kind: str) -> dict[str, Any]:
     }
 
 
-def session_key(headers: Any, body: dict[str, Any], conversation: Any) -> str:
-    """Codex's session (a header, or `prompt_cache_key`), else a hash of what starts it."""
+def session_key(headers: Any, body: dict[str, Any], conversation: list[Any]) -> SessionKey:
+    """Codex's session (a header, or `prompt_cache_key`), else what starts the conversation
+    (`opening`: its instructions and first message, the same in every request of it)."""
     for name in SESSION_HEADERS:
         value = headers.get(name)
         if value:
-            return str(value)
+            return SessionKey(str(value), True)
     for key in ("prompt_cache_key", "user"):
         if isinstance(body.get(key), str) and body[key]:
-            return body[key]
-    import hashlib
-
-    return "h" + hashlib.sha256(orjson.dumps(conversation)).hexdigest()[:31]
+            return SessionKey(body[key], True)
+    return opening(*conversation)
 
 
 def _text(parts: Any) -> str:
@@ -145,6 +148,24 @@ def _output_content(output: Any) -> Any:
     return orjson.dumps(output).decode()
 
 
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+
+
+def _image_block(part: dict[str, Any]) -> dict[str, Any] | None:
+    """An `input_image` of inline bytes as the session's image block, so it is priced as an
+    image (by its size), not as its base64 text; its other keys ride along for the way back.
+    None for any other image (a URL, a file id): it stays an opaque item."""
+    url = part.get("image_url")
+    if not (isinstance(url, str) and url.startswith("data:") and ";base64," in url):
+        return None
+    media, data = url[5:].split(";base64,", 1)
+    if media not in IMAGE_TYPES:
+        return None
+    rest = {k: v for k, v in part.items() if k not in ("type", "image_url")}
+    block = {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
+    return {**block, "openai": rest} if rest else block
+
+
 def _user_blocks(content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
@@ -152,6 +173,8 @@ def _user_blocks(content: Any) -> list[dict[str, Any]]:
     for part in content or []:
         if isinstance(part, dict) and part.get("type") in ("input_text", "output_text"):
             blocks.append({"type": "text", "text": str(part.get("text", ""))})
+        elif isinstance(part, dict) and part.get("type") == "input_image" and _image_block(part):
+            blocks.append(_image_block(part) or {})
         else:
             blocks.append({"type": OPAQUE, "item": part})
     return blocks
@@ -327,13 +350,8 @@ def messages_to_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             elif kind == "image":
                 source = block.get("source") or {}
                 url = f"data:{source.get('media_type')};base64,{source.get('data')}"
-                items.append(
-                    {
-                        "type": "message",
-                        "role": "user",
-                        "content": [{"type": "input_image", "image_url": url}],
-                    }
-                )
+                part = {"type": "input_image", "image_url": url, **(block.get("openai") or {})}
+                items.append({"type": "message", "role": "user", "content": [part]})
         if texts:
             items.append(_text_item(role, texts))
     return items
@@ -344,10 +362,11 @@ def messages_to_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @attrs.frozen
 class _Turn:
-    """A request of an OpenAI API, placed in its session, with its render's parameters."""
+    """A request of an OpenAI API, placed in its session and rendered."""
 
     placed: Any
     params: Any
+    rendered: Any
     max_out: int | None
 
 
@@ -364,28 +383,31 @@ async def _placed(
     max_out: Any,
     format: str,
     recall: bool | None = None,
-) -> _Turn | None:
+) -> _Turn:
     """The steps both OpenAI APIs share: the upstream reachable, the history in its session
-    (a client-side-clearing one), the render's parameters (no breakpoints); None when the
+    (a client-side-clearing one) and rendered (no breakpoints). `PassThrough` when the
     history cannot be kept (the request then goes on as the client wrote it)."""
     await proxy.reachable(proxy.settings.openai_upstream)
     model = body["model"]
-    placed = await proxy._place(
+    limit = max_out if isinstance(max_out, int) and max_out > 0 else None
+    tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+
+    def params(branch: str) -> Any:
+        made = proxy._params(model, limit or 0, system, tools, None, branch, format)
+        spec = attrs.evolve(made.spec, cache=False, recall=recall, server_edits=False)
+        return attrs.evolve(made, spec=spec)
+
+    placed, rendered_params, rendered = await proxy.place(
         session_key(request.headers, body, seed),
         messages,
         request,
         model,
+        params,
         decompose=decompose,
         config=SESSION_CONFIG,
         wire=wire,
     )
-    if placed is None:
-        return None
-    limit = max_out if isinstance(max_out, int) and max_out > 0 else None
-    tools = body.get("tools") if isinstance(body.get("tools"), list) else None
-    params = proxy._params(model, limit or 0, system, tools, None, placed.branch, format)
-    spec = attrs.evolve(params.spec, cache=False, recall=recall)
-    return _Turn(placed, attrs.evolve(params, spec=spec), limit)
+    return _Turn(placed, rendered_params, rendered, limit)
 
 
 def _capped(proxy: Any, out: dict[str, Any], key: str, turn: _Turn, rendered: Any) -> None:
@@ -411,23 +433,24 @@ async def responses(proxy: Any, request: web.Request) -> web.StreamResponse:
     fixed, rest = split_instructions(items)
     messages = items_to_messages(rest)
     if not messages:
-        return await proxy._plain(request, body, "no conversation")
+        return await proxy._plain(request, body, _NOTHING_TO_KEEP)
     instructions = [body.get("instructions") or "", *(_text(i.get("content")) for i in fixed)]
-    turn = await _placed(
-        proxy,
-        request,
-        body,
-        seed=items[:3],
-        messages=messages,
-        decompose=from_anthropic,
-        wire="responses",
-        system="\n\n".join(t for t in instructions if t) or None,
-        max_out=body.get("max_output_tokens"),
-        format="anthropic",
-    )
-    if turn is None:
-        return await proxy._plain(request, body, "history not kept")
-    recall = proxy.recall_on(turn.placed)
+    try:
+        turn = await _placed(
+            proxy,
+            request,
+            body,
+            seed=[body.get("instructions"), *fixed, *rest[:1]],
+            messages=messages,
+            decompose=from_anthropic,
+            wire="responses",
+            system="\n\n".join(t for t in instructions if t) or None,
+            max_out=body.get("max_output_tokens"),
+            format="anthropic",
+        )
+    except PassThrough as why:
+        return await proxy._plain(request, body, why.reason, why.session_id)
+    recall = turn.placed.recall
     tools = body.get("tools") if isinstance(body.get("tools"), list) else []
 
     def build(rendered: Any) -> dict[str, Any]:
@@ -441,8 +464,7 @@ async def responses(proxy: Any, request: web.Request) -> web.StreamResponse:
     return await _exchange(
         proxy,
         request,
-        turn.placed,
-        turn.params,
+        turn,
         body["model"],
         build,
         ResponsesStream,
@@ -465,24 +487,25 @@ async def chat_completions(proxy: Any, request: web.Request) -> web.StreamRespon
         n += 1
     fixed, rest = raw[:n], [_chat_system_turn(m) for m in raw[n:]]
     if not rest:
-        return await proxy._plain(request, body, "no conversation")
+        return await proxy._plain(request, body, _NOTHING_TO_KEEP)
     stream = body.get("stream") is True
-    turn = await _placed(
-        proxy,
-        request,
-        body,
-        seed=raw[:3],
-        messages=rest,
-        decompose=from_openai,
-        wire="chat",
-        system="\n\n".join(_text(m.get("content")) for m in fixed) or None,
-        max_out=body.get("max_completion_tokens") or body.get("max_tokens"),
-        format="openai",
-        recall=False if stream else None,  # a streamed call cannot be held back here
-    )
-    if turn is None:
-        return await proxy._plain(request, body, "history not kept")
-    recall = proxy.recall_on(turn.placed) and not stream
+    try:
+        turn = await _placed(
+            proxy,
+            request,
+            body,
+            seed=[*fixed, *rest[:1]],
+            messages=rest,
+            decompose=from_openai,
+            wire="chat",
+            system="\n\n".join(_text(m.get("content")) for m in fixed) or None,
+            max_out=body.get("max_completion_tokens") or body.get("max_tokens"),
+            format="openai",
+            recall=False if stream else None,  # a streamed call cannot be held back here
+        )
+    except PassThrough as why:
+        return await proxy._plain(request, body, why.reason, why.session_id)
+    recall = turn.placed.recall and not stream
     tools = body.get("tools") if isinstance(body.get("tools"), list) else []
 
     def build(rendered: Any) -> dict[str, Any]:
@@ -498,8 +521,7 @@ async def chat_completions(proxy: Any, request: web.Request) -> web.StreamRespon
     return await _exchange(
         proxy,
         request,
-        turn.placed,
-        turn.params,
+        turn,
         body["model"],
         build,
         ChatStream,
@@ -517,6 +539,7 @@ def _chat_system_turn(message: Any) -> Any:
 
 async def _body(request: web.Request) -> dict[str, Any]:
     raw = await request.read()
+    check_content_type(request.headers.get("content-type"), "openai")
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -529,8 +552,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
 async def _exchange(
     proxy: Any,
     request: web.Request,
-    placed: Any,
-    params: Any,
+    turn: _Turn,
     model: str,
     build: Callable[[Any], dict[str, Any]],
     stream_kind: type[StreamRelay],
@@ -538,23 +560,28 @@ async def _exchange(
     stream: bool,
     recall: bool,
 ) -> web.StreamResponse:
-    """Render, send, retry once after Tier 5, relay; the usage goes to the session."""
-    rendered = await proxy._render(placed, params)
+    """Send, retry once after Tier 5 with fewer bytes, relay; the usage goes to the session,
+    and what the request wrote is kept once the upstream took it (`Proxy._settle`)."""
+    placed, rendered = turn.placed, turn.rendered
     base = proxy.settings.openai_upstream
+    outgoing = build(rendered)
     for attempt in (0, 1):
-        outgoing = build(rendered)
-        async with proxy._send("POST", base, request, outgoing, {}) as upstream:
+        async with (
+            proxy._answer(placed) as settle,
+            proxy._send("POST", base, request, outgoing, {}) as upstream,
+        ):
             if upstream.status != 200:
                 data = await upstream.read()
                 overflow = overflow_of(upstream.status, data)
                 if overflow is not None and attempt == 0:
-                    proxy.counts["overflow_retries"] += 1
-                    retried = await proxy._rerender(placed, params, overflow)
-                    if retried is not None:
-                        rendered = retried
+                    retried = await proxy._rerender(placed, turn.params, overflow)
+                    if retried is not None and proxy.smaller(build(retried), outgoing, placed):
+                        rendered, outgoing = retried, build(retried)
                         continue
+                await settle(upstream.status)
                 proxy.counts["upstream_errors"] += 1
                 return web.Response(status=upstream.status, body=data, headers=_headers(upstream))
+            await settle(200)
             relay = stream_kind(recall=recall)
             return await _answer(
                 proxy, request, upstream, placed, model, rendered, outgoing, relay, stream=stream
@@ -578,8 +605,8 @@ async def _answer(
     answer records nothing."""
     base = proxy.settings.openai_upstream
 
-    def next_body(body: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any]:
-        return relay.follow_up(body, proxy._answers(placed, calls))
+    async def next_body(body: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any]:
+        return relay.follow_up(body, await proxy.answers(placed, calls))
 
     def send(body: dict[str, Any]) -> Any:
         return proxy._send("POST", base, request, body, {})

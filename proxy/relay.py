@@ -47,7 +47,7 @@ FINISHED = "compactd.finished"
 leaves after that lost nothing."""
 
 Send = Callable[[dict[str, Any]], AbstractAsyncContextManager[aiohttp.ClientResponse]]
-NextBody = Callable[[dict[str, Any], list[dict[str, Any]]], dict[str, Any]]
+NextBody = Callable[[dict[str, Any], list[dict[str, Any]]], Awaitable[dict[str, Any]]]
 
 
 class StreamedRelay(Protocol):
@@ -209,7 +209,7 @@ async def relay_answer(
             if rounds == MAX_FOLLOW_UPS:
                 raise recall_loop()
             rounds += 1
-            body = next_body(body, calls)
+            body = await next_body(body, calls)
             relay.continue_with_next_stream()
             async with send(body) as follow:
                 if follow.status != 200:
@@ -252,7 +252,7 @@ async def whole_answer(
         if rounds == MAX_FOLLOW_UPS:
             raise recall_loop()
         rounds += 1
-        body = next_body(body, calls)
+        body = await next_body(body, calls)
         async with send(body) as follow:
             if follow.status != 200:
                 raise await refusal(follow, idle)

@@ -2,10 +2,16 @@
 and services as the daemon.
 
 Each handler is thin: read the provider's JSON (`anthropic`, `openai`), put the request's history
-into its session (`history`), render it with the cascade, send the client's own body upstream
-with compactd's messages in place of its own, and relay the answer as it arrives (`relay`).
-What the context holds is the engine's decision; the proxy only speaks the providers' wire.
-A prompt-too-long answer runs Tier 5 and retries once before the client sees anything.
+into its session (`history`) and render it with the cascade — one turn of the session, so two
+requests of one session never interleave — send the client's own body upstream with compactd's
+messages in place of its own, and relay the answer as it arrives (`relay`). What the context
+holds is the engine's decision; the proxy only speaks the providers' wire. A prompt-too-long
+answer runs Tier 5 and retries once, with fewer bytes, before the client sees anything.
+
+What a request writes is held back until the upstream takes it (`Session.holding`): a request
+refused — by the proxy, or by the upstream — or one the upstream never answered leaves its
+session as it was. A request whose history cannot be kept goes upstream as the client sent it,
+that request only, logged with why and counted on its session (`PASSTHROUGH`).
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import Callable
+import weakref
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -26,25 +33,21 @@ from yarl import URL
 from ..context.budget import make_budget, model_spec
 from ..context.decompose import Spec, from_anthropic
 from ..context.engine import RenderParams
-from ..context.errors import (
-    CompactdError,
-    InvalidContent,
-    InvalidGraph,
-    InvalidPairing,
-    StoreFailure,
-)
+from ..context.errors import CannotFit, CompactdError, InvalidContent, StoreFailure
 from ..context.render.request import Rendered, RequestSpec
 from ..context.secrets import hold
 from ..context.session import Session
 from ..context.stores.interface import SESSION_ID_RE
-from ..context.tiers.reactive import parse_overflow
+from ..context.summarizer.types import Steps
+from ..context.tiers.base import Outcome
+from ..context.tiers.reactive import Overflow, parse_overflow
 from ..context.visibility import ViewOptions
 from ..service.app import App
-from ..service.compaction import render_with_cascade
+from ..service.compaction import cascade
 from ..service.stats import Recorder, RequestRow, Usage
 from . import anthropic as api
 from . import openai as oai
-from .history import match, request_fingerprints, sorted_specs
+from .history import PassThrough, chain, match, request_fingerprints, sorted_specs
 from .http import (
     HOP_BY_HOP,
     Upstream,
@@ -73,6 +76,10 @@ log = logging.getLogger("compactd.proxy")
 
 FRESH_SECONDS = 30.0
 """An upstream that answered this recently is not probed before a request is kept."""
+ANTHROPIC_API = "api.anthropic.com"
+"""The upstream known to apply context edits before the prompt reaches the model."""
+KEYLESS_SESSIONS = 64
+"""Sessions one opening may start among requests that name none (see `Proxy._keyless`)."""
 
 
 @attrs.frozen
@@ -86,14 +93,28 @@ class ProxySettings:
     upstream_idle_seconds: float = 300.0  # the longest silence of an answer once begun
     client_timeout_seconds: float = 120.0  # for a client's header block, and then its body
     stats: bool = True  # record each request in the request log (`compactd stats`)
+    # where Tier 1 clears on the Messages API: `server` (a context edit the upstream applies
+    # before the prompt reaches the model), `client` (in the body as sent), `auto`: server
+    # for the Anthropic API, client for any other upstream
+    context_editing: str = "auto"
+
+    @property
+    def server_edits(self) -> bool:
+        """Whether the Anthropic upstream applies context edits (Tier 1's server path)."""
+        if self.context_editing == "auto":
+            return URL(self.anthropic_upstream).host == ANTHROPIC_API
+        return self.context_editing == "server"
 
 
 @attrs.frozen
 class Placed:
-    """Where a request's history went: the session, its branch."""
+    """Where a request's history went: the session, its branch, whether its requests carry
+    `compactd_recall`, and the owner of what it wrote (held until the upstream takes it)."""
 
     session_id: str
     branch: str
+    recall: bool = False
+    owner: object = attrs.field(factory=object, eq=False)
 
 
 class Proxy:
@@ -105,6 +126,11 @@ class Proxy:
         self.settings = settings
         self.credentials: dict[str, Credentials] = {}
         self._branch: dict[str, str] = {}  # session -> the branch its latest request used
+        self._heads: dict[str, str] = {}  # keyless session -> its latest request, as `chain`
+        # keyless opening -> the lock its requests choose their session under
+        self._choosing: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
         self._recalled: dict[tuple[str, str], list[dict[str, Any]]] = {}  # notes to add
         self._http: aiohttp.ClientSession | None = None
         self._answered_at: dict[str, float] = {}  # upstream -> when it last answered
@@ -254,46 +280,52 @@ class Proxy:
         req = api.read_messages_request(body)
         self.counts["requests"] += 1
         await self.reachable(self.settings.anthropic_upstream)
-        placed = await self._place(
-            api.session_key(request.headers, body), req.messages, request, req.model
-        )
-        if placed is None:  # the history could not be kept: send it on as the client wrote it
-            return await self._plain(request, body, "history not kept")
-        params = self._params(
-            req.model,
-            req.max_tokens,
-            req.system,
-            req.tools,
-            req.cache_ttl,
-            placed.branch,
-            "anthropic",
-        )
-        rendered = await self._render(placed, params)
+        try:
+            placed, params, rendered = await self.place(
+                api.session_key(request.headers, body),
+                req.messages,
+                request,
+                req.model,
+                lambda branch: self._params(
+                    req.model,
+                    req.max_tokens,
+                    req.system,
+                    req.tools,
+                    req.cache_ttl,
+                    branch,
+                    "anthropic",
+                ),
+            )
+        except PassThrough as why:
+            return await self._plain(request, body, why.reason, why.session_id)
+        notes = self._recalled.pop((placed.session_id, placed.branch), None)
+        outgoing = self._anthropic_body(req, rendered, notes)
         for attempt in (0, 1):
-            outgoing = self._anthropic_body(req, rendered, placed)
             headers = {
                 "anthropic-beta": api.merge_betas(
                     request.headers.get("anthropic-beta"), rendered.headers.get("anthropic-beta")
                 )
             }
-            async with self._send(
-                "POST", self.settings.anthropic_upstream, request, outgoing, headers
-            ) as upstream:
+            async with (
+                self._answer(placed) as settle,
+                self._send(
+                    "POST", self.settings.anthropic_upstream, request, outgoing, headers
+                ) as upstream,
+            ):
                 if upstream.status == 200:
+                    await settle(200)
                     relay = self._stream_anthropic if req.stream else self._json_anthropic
                     return await relay(request, upstream, req, rendered, placed, outgoing, headers)
                 data = await upstream.read()
-            overflow = _overflow(upstream.status, data)
-            if overflow is not None and attempt == 0:
-                self.counts["overflow_retries"] += 1
-                log.info(
-                    "session %s: the upstream said the prompt is too long; Tier 5, then one retry",
-                    placed.session_id,
-                )
-                retried = await self._rerender(placed, params, overflow)
-                if retried is not None:
-                    rendered = retried
-                    continue
+                overflow = _overflow(upstream.status, data)
+                if overflow is not None and attempt == 0:
+                    retried = await self._rerender(placed, params, overflow)
+                    if retried is not None:
+                        smaller = self._anthropic_body(req, retried, notes)
+                        if self.smaller(smaller, outgoing, placed):
+                            rendered, outgoing = retried, smaller
+                            continue
+                await settle(upstream.status)
             self.counts["upstream_errors"] += 1
             return web.Response(
                 status=upstream.status, body=data, headers=response_headers(upstream)
@@ -308,13 +340,11 @@ class Proxy:
         if not isinstance(body, dict):
             raise api.invalid("body: Input should be a valid dictionary")
         outgoing = body
-        key = api.session_key(request.headers, body)
-        sid = _session_id(key)
         messages = body.get("messages")
-        if isinstance(messages, list) and messages and self.engine.library.exists(sid):
-            outgoing = await self._counted_body(sid, body) or body
+        if isinstance(messages, list) and messages:
+            outgoing = await self._counted_body(api.session_key(request.headers, body), body)
         async with self._send(
-            "POST", self.settings.anthropic_upstream, request, outgoing, {}
+            "POST", self.settings.anthropic_upstream, request, outgoing or body, {}
         ) as upstream:
             data = await read_whole(upstream, self.settings.upstream_idle_seconds)
             return web.Response(
@@ -356,79 +386,207 @@ class Proxy:
 
     # ---- sessions ---------------------------------------------------------------------------
 
-    async def _place(
+    async def place(
         self,
-        key: str,
+        key: api.SessionKey,
         messages: list[dict[str, Any]],
         request: web.Request,
         model: str,
+        params_for: Callable[[str], RenderParams],
         *,
         decompose: Callable[[Any], list[Spec]] = from_anthropic,
         config: dict[str, Any] | None = None,
         wire: str = "anthropic",
-    ) -> Placed | None:
-        """Put the request's history into its session: the new tail appended to the branch it
-        extends, or to a branch forked where the client's history leaves the session's."""
-        sid = _session_id(key)
-        request[SESSION] = sid
+    ) -> tuple[Placed, RenderParams, Rendered]:
+        """Put the request's history into its session — the new tail appended to the branch
+        it extends, or to a branch forked where the client's history leaves the session's —
+        and render that branch with the cascade, in one turn of the session (two requests of
+        one session never interleave). What it wrote is held until the upstream takes the
+        request (`_settle`). `PassThrough` when the history cannot be kept; a request the
+        cascade cannot bring under its window is refused as the API refuses a prompt too long,
+        and writes nothing."""
         try:
             specs = sorted_specs(decompose(messages))
         except InvalidContent as exc:
-            raise api.invalid(str(exc)) from None
+            raise PassThrough(f"its history cannot be read as compactd stores it ({exc})") from None
+        fingerprints: list[str] | None = None
+        if not key.named:  # the session is chosen by them (else they are made in its turn)
+            fingerprints = await self.app.work.run(None, lambda: request_fingerprints(specs))
+        sid = await self._session_for(key, fingerprints or [])
         upstream = (
             self.settings.anthropic_upstream
             if wire == "anthropic"
             else self.settings.openai_upstream
         )
         self.credentials[sid] = Credentials(_relayed(request.headers), model, wire, upstream)
-        async with self.app.registry.lock(sid):
-            # the session's work off the loop, in its turn: other sessions go on meanwhile
-            branch = await self.app.work.run(sid, lambda: self._keep(sid, specs, config, request))
-        if branch is None:
-            return None
-        return Placed(sid, branch)
+        meta = {"source": "proxy", "client": _agent(request)}
+        box: list[tuple[Placed, RenderParams]] = []
+
+        def steps(session: Session) -> Steps[Outcome]:
+            placed = self._keep(session, specs, fingerprints)
+            params = params_for(placed.branch)
+            box.append((placed, params))
+            self.app.last_params[sid] = params
+            return (yield from self._cascade(session, placed, params, None))
+
+        try:
+            if sid not in self.engine.sessions:
+                await self.app.work.run(sid, lambda: self._open(sid, config, meta))
+            outcome, _provider = await cascade(self.app, sid, steps, None)
+        except PassThrough as why:
+            why.session_id = sid
+            raise
+        except CompactdError as exc:  # the cascade wrote nothing; the tail goes too
+            if box:
+                await self._settle(box[0][0], None)
+            if isinstance(exc, CannotFit):
+                raise api.too_long(exc, wire) from None
+            raise
+        placed, params = box[0]
+        self.ledger.rendered(placed.session_id, placed.branch, outcome.events)
+        return placed, params, outcome.rendered
+
+    def _open(self, sid: str, config: dict[str, Any] | None, meta: dict[str, Any]) -> None:
+        """A session for the request, in its turn: loaded, or new — its log is made with the
+        first write that is kept (a refused first request leaves no session)."""
+        if sid not in self.engine.sessions and not self.engine.library.exists(sid):
+            self.engine.open(sid, config, meta, unborn=True)
 
     def _keep(
         self,
-        sid: str,
+        session: Session,
         specs: list[Spec],
-        config: dict[str, Any] | None,
-        request: web.Request,
-    ) -> str | None:
-        """`_place`'s work, in the session's turn: the branch the tail went to, or None when
-        the client's history cannot be kept."""
-        if not self.engine.library.exists(sid) and sid not in self.engine.sessions:
-            self.engine.open(sid, config, {"source": "proxy", "client": _agent(request)})
-        session = self.app.session(sid)
-        found = match(session.graph, request_fingerprints(specs), self._branch.get(sid))
-        branch = found.branch
+        fingerprints: list[str] | None,
+    ) -> Placed:
+        """`place`'s first step, in the session's turn: the tail on its branch, held."""
+        sid = session.id
+        if fingerprints is None:
+            fingerprints = request_fingerprints(specs)
+        found = match(session.graph, fingerprints, self._branch.get(sid))
+        placed = Placed(sid, found.branch, self.engine.policy(session).recall)
+        tail = specs[found.shared :]
         try:
-            if not found.extends:
-                branch = _fork_name(session.graph.branches)
-                session.create_branch(branch, found.fork_at, empty=found.fork_at is None)
-                log.info(
-                    "session %s: the client's history leaves branch %s after %d of its %d "
-                    "parts (it compacted, edited or cleared it); forked branch %s there",
-                    sid,
-                    found.branch,
-                    found.shared,
-                    found.held,
-                    branch,
-                )
-            tail = specs[found.shared :]
-            if tail:  # the client resends it with every request: no fsync to wait for
-                session.append(tail, branch=branch, durable=False)
-        except (InvalidPairing, InvalidGraph) as exc:
-            log.warning(
-                "session %s: the client's history cannot be kept (%s); this request goes "
-                "upstream as the client sent it",
-                sid,
-                exc,
+            with session.holding(placed.owner):
+                # the client resends it with every request: no fsync to wait for
+                if not found.extends:
+                    branch = _fork_name(session.graph.branches)
+                    session.append(tail, branch=branch, fork_at=found.fork_at, durable=False)
+                    placed = attrs.evolve(placed, branch=branch)
+                    log.info(
+                        "session %s: the client's history leaves branch %s after %d of its %d "
+                        "parts (it compacted, edited or cleared it); forked branch %s there",
+                        sid,
+                        found.branch,
+                        found.shared,
+                        found.held,
+                        branch,
+                    )
+                elif tail:
+                    session.append(tail, branch=found.branch, durable=False)
+                self.app.touch(session)
+        except CompactdError as exc:
+            self.engine.drop_held(sid, placed.owner)  # a new session: not even its log
+            raise PassThrough(f"its history cannot be kept ({exc})") from None
+        self._branch[sid] = placed.branch
+        return placed
+
+    def _cascade(
+        self, session: Session, placed: Placed, params: RenderParams, overflow: Overflow | None
+    ) -> Steps[Outcome]:
+        """The cascade on the request's branch, what it writes held with the request's tail."""
+        with session.holding(placed.owner):
+            reported = overflow or self.engine.take_overflow(placed.session_id)
+            return (yield from self.engine.cascade(placed.session_id, params, overflow=reported))
+
+    async def _session_for(self, key: api.SessionKey, fingerprints: list[str]) -> str:
+        """The session a request goes to: the one its client names; else, for a request that
+        names none, one of the sessions its opening starts (`_keyless`), chosen one request at
+        a time per opening and kept as that session's latest request before any other looks."""
+        if key.named:
+            return _session_id(key.value)
+        links = chain(fingerprints)
+        lock = self._choosing.setdefault(key.value, asyncio.Lock())
+        async with lock:
+            async for sid, extends in self._keyless(key, links, fingerprints):
+                if extends is not False:
+                    self._heads[sid] = links[-1]
+                    return sid
+        return _session_id(key.value)
+
+    async def _known_session(self, key: api.SessionKey, fingerprints: list[str]) -> str | None:
+        """The session a request's history is in already, if any (nothing is made)."""
+        if key.named:
+            sid = _session_id(key.value)
+            exists = sid in self.engine.sessions or await self.app.work.run(
+                None, lambda: self.engine.library.exists(sid)
             )
-            return None
-        self._branch[sid] = branch
-        self.app.touch(session)
-        return branch
+            return sid if exists else None
+        async for sid, extends in self._keyless(key, chain(fingerprints), fingerprints):
+            if extends is not False:
+                return sid if extends else None
+        return None
+
+    async def _keyless(
+        self, key: api.SessionKey, links: list[str], fingerprints: list[str]
+    ) -> AsyncIterator[tuple[str, bool | None]]:
+        """The sessions a conversation that names none may be in, with whether the request
+        extends the conversation last placed there (None: no session has that id yet). Its
+        key is a digest of how it starts, and unrelated conversations that start alike (an
+        SDK's first question) must not share one session — nor queue behind each other in its
+        turn — so each takes the first of `<key>`, `<key>.2`, … whose latest request this one
+        extends (`links`: its history's prefixes, as `chain`), or the first one free. A
+        conversation's own rewrite (an edit, a retry from an earlier point) looks the same as
+        another conversation, and gets a session too."""
+        prefixes = set(links)
+        base = _session_id(key.value)
+        for n in range(1, KEYLESS_SESSIONS + 1):
+            sid = base if n == 1 else f"{base}.{n}"
+            head = self._heads.get(sid)
+            if head is not None:
+                yield sid, head in prefixes
+            elif sid in self.engine.sessions or await self.app.work.run(
+                None, lambda sid=sid: self.engine.library.exists(sid)
+            ):  # kept by an earlier run of the proxy: does the request extend a branch there?
+                yield sid, await self.app.run(sid, lambda s: match(s.graph, fingerprints).extends)
+            else:
+                yield sid, None
+
+    async def _settle(self, placed: Placed, status: int | None) -> None:
+        """What the upstream made of the request settles what the request wrote: written once
+        the upstream took it (or failed it for a while: the client sends the same again),
+        forgotten when the upstream refused it or never answered (`status` None), so a
+        refused request leaves its session as it was."""
+        refused = status is None or (400 <= status < 500 and status not in (408, 409, 429))
+        sid, owner = placed.session_id, placed.owner
+
+        def settle() -> None:
+            session = self.engine.sessions.get(sid)
+            if session is None:
+                return
+            if refused:
+                if self.engine.drop_held(sid, owner):
+                    log.info("session %s: the request was refused; it wrote nothing", sid)
+            else:
+                session.flush(owner)
+
+        try:
+            await self.app.work.run(sid, settle)
+        except StoreFailure as exc:
+            log.warning("session %s: what the request brought was not written: %s", sid, exc)
+
+    @contextlib.asynccontextmanager
+    async def _answer(self, placed: Placed) -> AsyncIterator[Callable[[int], Any]]:
+        """Around one upstream exchange: `settle(status)` settles the request's writes; an
+        upstream that never answered (a refused connection, a reset) drops them."""
+
+        async def settle(status: int) -> None:
+            await self._settle(placed, status)
+
+        try:
+            yield settle
+        except api.ApiError:
+            await self._settle(placed, None)
+            raise
 
     def _params(
         self,
@@ -453,41 +611,54 @@ class Proxy:
             cache=format == "anthropic",
             cache_ttl=cache_ttl,
             recall=None,  # the session's `recall` (on in the proxy unless configured off)
+            server_edits=self.settings.server_edits,
         )
         return RenderParams(view=ViewOptions(branch=branch), spec=spec)
 
-    def recall_on(self, placed: Placed) -> bool:
-        """Whether this session's requests carry `compactd_recall` (the proxy then answers it)."""
-        return self.engine.policy(self.engine.session(placed.session_id)).recall
+    def smaller(self, retry: Any, refused: Any, placed: Placed) -> bool:
+        """Whether Tier 5's retry is smaller, in bytes, than the body the upstream refused:
+        the same body again (other edit parameters, the same bytes) would only be refused."""
+        if len(orjson.dumps(retry)) < len(orjson.dumps(refused)):
+            return True
+        log.warning(
+            "session %s: Tier 5's retry would send no fewer bytes; the upstream's refusal "
+            "goes to the client",
+            placed.session_id,
+        )
+        return False
 
     def window_for(self, model: str) -> int | None:
         """`--window` caps the model's own window; without it the model table decides."""
         cap = self.settings.window
         return None if cap is None else min(cap, model_spec(model).window)
 
-    async def _render(
-        self, placed: Placed, params: RenderParams, *, overflow: Any = None
-    ) -> Rendered:
-        self.app.last_params[placed.session_id] = params
-        reported = overflow or self.engine.take_overflow(placed.session_id)
-        rendered, events = await render_with_cascade(  # each applied one is logged
-            self.app, placed.session_id, params, None, reported, None
-        )
-        self.ledger.rendered(placed.session_id, placed.branch, events)
-        return rendered
-
     async def _rerender(
         self, placed: Placed, params: RenderParams, overflow: Any
     ) -> Rendered | None:
         """Tier 5's render after the upstream's prompt-too-long, or None when it cannot make
-        the request smaller (the client then gets the upstream's own error)."""
+        the request smaller (the client then gets the upstream's own error). The upstream
+        counted what it was sent, edits or not, so this render clears in the body itself:
+        the retry sends fewer bytes, never the same body with other edit parameters."""
+        self.counts["overflow_retries"] += 1
+        log.info(
+            "session %s: the upstream said the prompt is too long; Tier 5, then one retry",
+            placed.session_id,
+        )
+        client_side = attrs.evolve(params, spec=attrs.evolve(params.spec, server_edits=False))
         try:
-            return await self._render(placed, params, overflow=overflow)
+            outcome, _provider = await cascade(
+                self.app,
+                placed.session_id,
+                lambda session: self._cascade(session, placed, client_side, overflow),
+                None,
+            )
         except CompactdError as exc:
             log.warning(
                 "session %s: Tier 5 could not shrink the request: %s", placed.session_id, exc
             )
             return None
+        self.ledger.rendered(placed.session_id, placed.branch, outcome.events)
+        return outcome.rendered
 
     async def report(
         self,
@@ -553,7 +724,10 @@ class Proxy:
     # ---- Anthropic requests ---------------------------------------------------------------
 
     def _anthropic_body(
-        self, req: api.MessagesRequest, rendered: Rendered, placed: Placed
+        self,
+        req: api.MessagesRequest,
+        rendered: Rendered,
+        notes: list[dict[str, Any]] | None,
     ) -> dict[str, Any]:
         capped = self.settings.window is not None
         limit = rendered.budget.output_reserve if capped else None
@@ -562,7 +736,6 @@ class Proxy:
         )
         if capped:
             api.fit_thinking(body)
-        notes = self._recalled.pop((placed.session_id, placed.branch), None)
         if notes:
             body["messages"] = api.with_notes(body["messages"], notes)
         return body
@@ -577,7 +750,7 @@ class Proxy:
         outgoing: dict[str, Any],
         headers: dict[str, str | None],
     ) -> web.StreamResponse:
-        relay = Relay(recall=self.recall_on(placed))
+        relay = Relay(recall=placed.recall)
         client = ClientStream(request, response_headers(upstream))
         done = await relay_answer(
             client,
@@ -591,7 +764,7 @@ class Proxy:
             self.settings.upstream_idle_seconds,
         )
         if done:
-            self._keep_mixed(placed, relay.assembly.content, relay.recall)
+            await self._keep_mixed(placed, relay.assembly.content, relay.recall)
         response = await client.end()
         if done:  # a failed answer records nothing
             for usage in relay.follow_up_usages:
@@ -614,7 +787,7 @@ class Proxy:
         outgoing: dict[str, Any],
         headers: dict[str, str | None],
     ) -> web.StreamResponse:
-        whole = WholeMessage(recall=self.recall_on(placed))
+        whole = WholeMessage(recall=placed.recall)
         await whole_answer(
             whole,
             upstream,
@@ -627,7 +800,7 @@ class Proxy:
             ),
             self.settings.upstream_idle_seconds,
         )
-        self._keep_mixed(placed, whole.content, whole.recall)
+        await self._keep_mixed(placed, whole.content, whole.recall)
         for usage in whole.usages[1:]:
             self.followed_up(placed, req.model, api.counted(usage))
         applied = (whole.first.get("context_management") or {}).get("applied_edits")
@@ -640,7 +813,7 @@ class Proxy:
             whole.answer(), status=200, dumps=_dumps, headers=response_headers(upstream, json=True)
         )
 
-    def _follow_up(
+    async def _follow_up(
         self,
         body: dict[str, Any],
         content: list[dict[str, Any]],
@@ -649,7 +822,7 @@ class Proxy:
     ) -> dict[str, Any]:
         """The request that answers the model's recall calls: the one just sent, its answer,
         and the results (neither reaches the client nor the session)."""
-        results = self._answers(placed, calls)
+        results = await self.answers(placed, calls)
         messages = [
             *body["messages"],
             {"role": "assistant", "content": content},
@@ -657,32 +830,43 @@ class Proxy:
         ]
         return {**body, "messages": messages}
 
-    def _answers(self, placed: Placed, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def answers(self, placed: Placed, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The results of the model's recall calls, read in the session's turn."""
         log.info(
             "session %s: answered %d compactd_recall call(s) inside the proxy",
             placed.session_id,
             len(calls),
         )
-        return [answer(self.engine, placed.session_id, placed.branch, c) for c in calls]
+        sid, branch = placed.session_id, placed.branch
+        return await self.app.run(
+            sid, lambda _session: [answer(self.engine, sid, branch, c) for c in calls]
+        )
 
-    def _keep_mixed(self, placed: Placed, content: list[dict[str, Any]], recall: bool) -> None:
+    async def _keep_mixed(
+        self, placed: Placed, content: list[dict[str, Any]], recall: bool
+    ) -> None:
         """Answer the recall calls made beside the client's own, for the next request."""
         calls = mixed_recall_calls(content, recall)
         if calls:
-            notes = [
-                as_note(c, answer(self.engine, placed.session_id, placed.branch, c)) for c in calls
-            ]
+            results = await self.answers(placed, calls)
+            notes = [as_note(c, r) for c, r in zip(calls, results, strict=True)]
             self._recalled[(placed.session_id, placed.branch)] = notes
 
-    async def _counted_body(self, sid: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    async def _counted_body(
+        self, key: api.SessionKey, body: dict[str, Any]
+    ) -> dict[str, Any] | None:
         try:
             req = api.read_messages_request({**body, "max_tokens": body.get("max_tokens", 1)})
             specs = sorted_specs(from_anthropic(req.messages))
         except (api.ApiError, InvalidContent):
             return None
+        fingerprints = await self.app.work.run(None, lambda: request_fingerprints(specs))
+        sid = await self._known_session(key, fingerprints)
+        if sid is None:
+            return None
 
         def render(session: Session) -> tuple[Rendered, int] | None:
-            found = match(session.graph, request_fingerprints(specs), self._branch.get(sid))
+            found = match(session.graph, fingerprints, self._branch.get(sid))
             if not found.extends:
                 return None
             params = self._params(
@@ -727,15 +911,32 @@ class Proxy:
             data = orjson.dumps(body)
         return Upstream(self.http, method, url, headers, data, lambda: self.answered(base))
 
-    async def _plain(self, request: web.Request, body: Any, reason: str) -> web.StreamResponse:
-        """A request the proxy does not manage, sent on unchanged and relayed as it comes (a
-        stream through its wire's relay, so a broken one still ends in the wire's error);
-        counted in the stats with `reason`."""
+    async def _plain(
+        self, request: web.Request, body: Any, reason: str, session_id: str | None = None
+    ) -> web.StreamResponse:
+        """A request the proxy could not manage, sent on unchanged and relayed as it comes (a
+        stream through its wire's relay, so a broken one still ends in the wire's error) —
+        that request only (the next one is placed again), said in the log with `reason`,
+        counted on its session (`Engine.record_passthrough`) and in the request log."""
+        sid = session_id
+        log.warning(
+            "session %s: %s; this request goes upstream as the client sent it",
+            sid or "(none)",
+            reason,
+        )
+        if sid is not None and (
+            sid in self.engine.sessions
+            or await self.app.work.run(None, lambda: self.engine.library.exists(sid))
+        ):
+            try:
+                await self.app.run(sid, lambda _s: self.engine.record_passthrough(sid, reason))
+            except CompactdError as exc:
+                log.warning("session %s: the pass-through was not counted: %s", sid, exc)
         openai_path = oai.is_openai_path(request.path)
         base = self.settings.openai_upstream if openai_path else self.settings.anthropic_upstream
         wire = ("chat" if "chat" in request.path else "responses") if openai_path else "anthropic"
         model = body.get("model") if isinstance(body, dict) else None
-        self.ledger.passed(request.get(SESSION), _agent(request), wire, model, reason)
+        self.ledger.passed(sid, _agent(request), wire, model, reason)
         async with self._send("POST", base, request, body, {}) as upstream:
             relay = _stream_relay(request.path)
             streamed = upstream.content_type == "text/event-stream"
@@ -750,11 +951,15 @@ class Proxy:
                 relay,
                 upstream,
                 body,
-                lambda body, _calls: body,  # no recall is offered: no follow-ups
+                _no_follow_up,  # no recall is offered
                 lambda body: self._send("POST", base, request, body, {}),
                 self.settings.upstream_idle_seconds,
             )
             return await client.end()
+
+
+async def _no_follow_up(body: dict[str, Any], _calls: list[dict[str, Any]]) -> dict[str, Any]:
+    return body
 
 
 def _stream_relay(path: str) -> StreamedRelay | None:
@@ -819,7 +1024,8 @@ def _dumps(value: Any) -> str:
 
 
 async def _json_body(request: web.Request) -> Any:
-    raw = await request.read()
+    raw = await request.read()  # read whole first: a client still sending gets the answer
+    api.check_content_type(request.headers.get("content-type"), "anthropic")
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -842,7 +1048,6 @@ def _overflow(status: int, data: bytes) -> Any:
 
 
 _AGENT_UNSAFE = re.compile(r"[^A-Za-z0-9_./-]")
-SESSION = "compactd.session"
 """Where a request's session id is kept on the request, once known (for its stats row)."""
 
 

@@ -67,3 +67,39 @@ def snapshot(data: Path) -> dict[str, bytes]:
         for p in sorted(data.rglob("*"))
         if p.is_file() and not p.name.endswith(".lock") and p.name != "proxy.json"
     }
+
+
+def usage_recorded(data: Path, session_id: str, count: int, timeout: float = 60.0) -> None:
+    """Wait until the session holds `count` usage records: a streamed answer's usage is kept
+    once the stream has ended, which the client may see first."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        path = data / "sessions" / f"{session_id}.jsonl"
+        events = events_of(data, session_id) if path.exists() else []
+        found = sum(1 for e in events if e.get("t") == "record" and e["r"]["kind"] == "usage")
+        if found >= count:
+            return
+        assert time.monotonic() < deadline, f"{session_id}: {found} of {count} usage records"
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def proxied(
+    data: Path, **options: Any
+) -> Iterator[tuple[ProxyProcess, tuple[FakeAnthropic, FakeOpenAI]]]:
+    """Both loopback upstreams and a proxy of its own in front of them (`options`: the
+    proxy's), for a test that needs a fresh one."""
+    with FakeAnthropic() as anthropic:
+        openai = FakeOpenAI().start()
+        try:
+            with ProxyProcess(
+                data,
+                anthropic=anthropic.base_url,
+                openai=f"http://127.0.0.1:{openai.port}",
+                **options,
+            ) as running:
+                yield running, (anthropic, openai)
+        finally:
+            openai.stop()

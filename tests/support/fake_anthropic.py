@@ -43,7 +43,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from . import faults
-from .scripted_agent import agent_content
+from .scripted_agent import agent_content, thinking_signature
 
 DEFAULT_ANSWER = "Fake summary: the user asked for work; the assistant did it."
 DEFAULT_MODEL = "claude-haiku-4-5"
@@ -546,6 +546,42 @@ def context_management_error(body: dict[str, Any], betas: Sequence[str]) -> str 
     return None
 
 
+MAX_CACHE_BREAKPOINTS = 4
+
+
+def breakpoints_error(body: dict[str, Any]) -> str | None:
+    """The API takes at most four blocks with `cache_control` (system, tools and messages)."""
+    found = 0
+    for tool in body.get("tools") or []:
+        found += isinstance(tool, dict) and "cache_control" in tool
+    system = body.get("system")
+    for block in system if isinstance(system, list) else []:
+        found += isinstance(block, dict) and "cache_control" in block
+    for message in body.get("messages") or []:
+        for block in _blocks(message.get("content") if isinstance(message, dict) else None):
+            found += isinstance(block, dict) and "cache_control" in block
+    if found > MAX_CACHE_BREAKPOINTS:
+        return (
+            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
+            f"Found {found}."
+        )
+    return None
+
+
+def signature_error(body: dict[str, Any]) -> str | None:
+    """A thinking block must come back with exactly the text its signature was made for (the
+    scripted model's signatures: `thinking_signature`)."""
+    for index, message in enumerate(body.get("messages") or []):
+        for position, block in enumerate(_blocks(message.get("content"))):
+            if not isinstance(block, dict) or block.get("type") != "thinking":
+                continue
+            if block.get("signature") != thinking_signature(str(block.get("thinking", ""))):
+                return (
+                    f"messages.{index}.content.{position}: Invalid `signature` in `thinking` block"
+                )
+    return None
+
+
 def validate_request(body: Any, *, endpoint: str, betas: Sequence[str] = ()) -> str | None:
     """The first rule the request breaks, as the real API's error message; None when valid."""
     if not isinstance(body, dict):
@@ -570,6 +606,7 @@ def validate_request(body: Any, *, endpoint: str, betas: Sequence[str] = ()) -> 
         or tool_pairing_error(messages)
         or thinking_order_error(body)
         or context_management_error(body, betas)
+        or breakpoints_error(body)
     )
 
 
@@ -734,6 +771,9 @@ class FakeAnthropic:
     forces what a request with `context_management` reports (otherwise it is computed);
     `context_window` / `max_request_bytes` make over-size requests fail like the real API.
     A request that breaks a validation rule gets a 400 and consumes no scripted reply.
+    `applies_edits` False: an Anthropic-compatible server that counts the body as sent — the
+    window before any context edit, which it neither applies nor reports. `verify_signatures`:
+    every thinking block must carry the signature the scripted model gave its text.
     """
 
     def __init__(
@@ -750,6 +790,8 @@ class FakeAnthropic:
         self.applied_edits: list[dict[str, Any]] | None = None
         self.context_window: int | None = None
         self.max_request_bytes: int | None = None
+        self.applies_edits = True
+        self.verify_signatures = False
         self._host = host
         self._port = port
         self._lock = threading.Lock()
@@ -846,7 +888,14 @@ class FakeAnthropic:
             self.push(Reply.from_dict(item), times=int(item.get("times", 1)))
         for item in script.get("count_tokens", []):
             self.push_count_tokens(Reply.from_dict(item), times=int(item.get("times", 1)))
-        for key in ("api_key", "applied_edits", "context_window", "max_request_bytes"):
+        for key in (
+            "api_key",
+            "applied_edits",
+            "context_window",
+            "max_request_bytes",
+            "applies_edits",
+            "verify_signatures",
+        ):
             if key in script:
                 setattr(self, key, script[key])
 
@@ -938,6 +987,8 @@ class FakeAnthropic:
             self._send_error(handler, request_id, Reply.error(400, message=message))
             return
         problem = validate_request(body, endpoint=request.endpoint, betas=request.betas)
+        if problem is None and self.verify_signatures:
+            problem = signature_error(body)
         if problem is not None:
             self._send_error(handler, request_id, Reply.error(400, message=problem))
             return
@@ -945,7 +996,7 @@ class FakeAnthropic:
             # the window holds the prompt the model sees: context edits apply server-side
             # "before the prompt reaches Claude" (the context-editing docs), so a request whose
             # edits clear enough fits
-            edits = compute_applied_edits(body) if "context_management" in body else []
+            edits = self._edits(body) or []
             cleared = sum(int(edit.get("cleared_input_tokens", 0)) for edit in edits)
             prompt_tokens = estimate_prompt_tokens(body) - cleared
             if prompt_tokens > self.context_window:
@@ -964,6 +1015,19 @@ class FakeAnthropic:
                     if self._stopping.is_set():
                         return
             self._answer_message(handler, request_id, body, self._next(self._messages_queue))
+
+    def _edits(
+        self, body: dict[str, Any], reply: Reply | None = None
+    ) -> list[dict[str, Any]] | None:
+        """The context edits this request gets applied (None: it asks for none, or this
+        server applies none)."""
+        if "context_management" not in body or not self.applies_edits:
+            return None
+        if reply is not None and reply.applied_edits is not None:
+            return reply.applied_edits
+        if self.applied_edits is not None:
+            return self.applied_edits
+        return compute_applied_edits(body)
 
     def _next(self, queue: deque[Reply], *, count: bool = False) -> Reply:
         with self._lock:
@@ -996,10 +1060,8 @@ class FakeAnthropic:
             return
         original = estimate_prompt_tokens(body)
         answer: dict[str, Any] = {}
-        if "context_management" in body:
-            edits = self.applied_edits
-            if edits is None:
-                edits = compute_applied_edits(body)
+        edits = self._edits(body)
+        if edits is not None:
             cleared = sum(int(edit.get("cleared_input_tokens", 0)) for edit in edits)
             answer["input_tokens"] = max(1, original - cleared)
             answer["context_management"] = {
@@ -1071,14 +1133,7 @@ class FakeAnthropic:
         content = (
             reply.content if reply.content is not None else [{"type": "text", "text": reply.text}]
         )
-        edits: list[dict[str, Any]] | None = None
-        if "context_management" in body:
-            if reply.applied_edits is not None:
-                edits = reply.applied_edits
-            elif self.applied_edits is not None:
-                edits = self.applied_edits
-            else:
-                edits = compute_applied_edits(body)
+        edits = self._edits(body, reply)
         input_tokens = reply.input_tokens
         if input_tokens is None:  # like the API: the prompt after its own context edits
             cleared = sum(int(e.get("cleared_input_tokens", 0)) for e in edits or [])

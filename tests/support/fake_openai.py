@@ -779,12 +779,17 @@ class FakeOpenAIProcess:
     def reset(self) -> None:
         self._call("reset", {})
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
+        """Kill the fake (its open connections go with it)."""
         if self.process is not None:
             self.process.terminate()
             self.process.wait(timeout=5)
             if self.process.stdout is not None:
                 self.process.stdout.close()
+            self.process = None
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
         if getattr(self, "_script_file", None) is not None:
             self._script_file.unlink(missing_ok=True)
 
