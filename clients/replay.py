@@ -400,6 +400,31 @@ def threads(steps: list[dict[str, Any]]) -> dict[str, list[tuple[int, dict[str, 
     return out
 
 
+def saving_text(report: dict[str, Any]) -> str | None:
+    """What compactd saved against no management, in input-token equivalents and, where the
+    model has a published price, in US$ (equivalents priced at its input price)."""
+    totals = report.get("totals") or {}
+    ours, baseline = totals.get("compactd"), totals.get("baseline")
+    if not ours or not baseline or not baseline.get("cost"):
+        return None
+    saved = baseline["cost"] - ours["cost"]
+    text = (
+        f"saved {human(saved)} input-token eq. against no management "
+        f"({saved / baseline['cost']:.0%})"
+    )
+    price = report.get("price")
+    model = report.get("model") or "the model"
+    if price:
+        money = saved * price["inputPerMillion"] / 1e6
+        text += (
+            f"\n≈ {'-' if money < 0 else ''}${abs(money):,.2f} at {model}'s price "
+            f"(${price['inputPerMillion']:g}/M input, {price['taken']})"
+        )
+    else:
+        text += f"\nno published price for {model}: no money figure"
+    return text
+
+
 def plot(report: dict[str, Any], path: str) -> None:
     """One panel per thread — the main thread's requests, with where sub-agents ran shaded,
     then each sub-agent's own — tokens per request for compactd, no management and the
@@ -484,6 +509,18 @@ def plot(report: dict[str, Any], path: str) -> None:
     for name, values in lines.items():
         if values and values[-1] > 0:
             cost.plot(values, color=styles[name], label=name)
+    said = saving_text(report)
+    if said:
+        cost.text(
+            0.99,
+            0.05,
+            said,
+            transform=cost.transAxes,
+            ha="right",
+            va="bottom",
+            fontsize=9,
+            bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.85},
+        )
     cost.yaxis.set_major_formatter(formatter)
     cost.set_ylabel("cumulative cost\n(input-token eq.)")
     cost.set_xlabel("model request (all threads, in order)")

@@ -234,7 +234,7 @@ def resolve(graph: Graph, handle: str, path: Path) -> tuple[Node, str | None]:
         use_id, part = handle, None
         if handle.endswith(f".{INPUT}"):
             use_id, part = handle[: -len(INPUT) - 1], INPUT
-        call = graph.tool_by_use_id(use_id)
+        call = graph.tool_by_use_id(use_id, path)
         if call is None:
             raise UnknownHandle(
                 f"{handle!r} is neither a recall handle (recall:<id>) nor a tool_use id of "

@@ -31,6 +31,7 @@ from ..engine import Engine, RenderParams
 from ..errors import CannotFit, Stopped
 from ..importers.apply import OpApplier, steps
 from ..importers.plan import ImportedSession, Note
+from ..prices import price_of
 from ..recall import CUT, content_text, handle_for, shown_content
 from ..render.conversation import MARKERS
 from ..render.request import Rendered, RequestSpec
@@ -309,6 +310,7 @@ class ReplayReport:
     # what the report says of an anchor beside its figures (server-side compaction's trigger,
     # and whether it can serve the window at all)
     anchor_notes: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    model: str | None = None  # the model the requests were priced for
 
     @property
     def compactd(self) -> Totals:
@@ -329,7 +331,17 @@ class ReplayReport:
             "mainThread": {p: (t.to_json() if (t := self.main.get(p)) else None) for p in POLICIES},
             "recall": self.recall.to_json() if self.recall else None,
             "anchors": self.anchor_notes,
+            "model": self.model,
+            # US$ per input-token equivalent (the model's published input price), for money
+            "price": _price_json(self.model),
         }
+
+
+def _price_json(model: str | None) -> dict[str, Any] | None:
+    price = price_of(model)
+    if price is None:
+        return None
+    return {"inputPerMillion": price.input, "taken": price.taken}
 
 
 def _camel(name: str) -> str:
@@ -763,6 +775,7 @@ def replay(
         write_price,
         recall_counts,
         {a.NAME: a.notes() for a, _, _ in anchors if hasattr(a, "notes")},
+        model,
     )
 
 

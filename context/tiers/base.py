@@ -275,9 +275,10 @@ def _server_side(record: Record) -> bool:
 
 
 def server_path(policy: Policy, spec: RequestSpec) -> bool:
-    """Tier 1 clears server-side: the Anthropic format in `microcompactMode: "cache"` — the
-    provider holds the cache explicitly, and the messages sent never change."""
-    return policy.microcompact_mode == "cache" and spec.format == "anthropic"
+    """Tier 1 clears server-side: the Anthropic format in `microcompactMode: "cache"`, to a
+    provider that applies context edits — it holds the cache explicitly, and the messages
+    sent never change."""
+    return policy.microcompact_mode == "cache" and spec.format == "anthropic" and spec.server_edits
 
 
 def llm_bar(run: Run) -> int:

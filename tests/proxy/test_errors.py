@@ -153,8 +153,8 @@ def test_an_upstream_that_is_down_is_a_502_and_the_session_is_unchanged(tmp_path
 def test_prompt_too_long_runs_tier_5_and_retries_once(tmp_path: Path) -> None:
     """The upstream counts four times compactd's estimate (past the 2.5× a usage report is
     held to): Tier 5 takes its count as the truth, shrinks the request to fit it and the retry
-    goes through — the client never sees the 400. A second refusal of the retry reaches the
-    client as the upstream's error."""
+    goes through, with fewer bytes — the client never sees the 400. A second refusal of the
+    retry reaches the client as the upstream's error, and that request wrote nothing."""
     big = "word " * 40_000
     history = [{"role": "user", "content": "first question"}]
     for i in range(12):
@@ -184,20 +184,17 @@ def test_prompt_too_long_runs_tier_5_and_retries_once(tmp_path: Path) -> None:
         assert response.json()["content"][0]["text"] == "fits now"
         first, retry = fake.messages_requests()
         assert seen(retry.body) < seen(first.body)  # what the model sees after the edits
+        assert len(retry.raw) < len(first.raw)  # and what is sent: never the same bytes
         assert "reactive" in proxy.log or "prompt is too long" in proxy.log
 
         fake.reset()
-        # room enough for Tier 5 to shrink the request again (the session is already cleared
-        # down to what it must keep), so there is a retry to refuse
-        fake.push(Reply.prompt_too_long(prompt_tokens=40_000, limit_tokens=24_000), times=2)
-        again = [
-            *history,
-            {"role": "assistant", "content": "fits now"},
-            {"role": "user", "content": "one more"},
-        ]
-        refused = post(proxy, "/v1/messages", {**body, "messages": again}, headers)
+        fake.push(Reply.prompt_too_long(prompt_tokens=40_000, limit_tokens=20_000), times=2)
+        other = {**headers, "x-claude-code-session-id": "tier5-refused"}
+        refused = post(proxy, "/v1/messages", body, other)
         assert anthropic_error(refused, 400).startswith("prompt is too long")
-        assert len(fake.messages_requests()) == 2  # once, then the one retry: never a loop
+        first, retry = fake.messages_requests()  # once, then the one retry: never a loop
+        assert len(retry.raw) < len(first.raw)
+        assert not (tmp_path / "data" / "sessions" / "tier5-refused.jsonl").exists()
 
 
 def test_listening_beyond_loopback_needs_a_flag(tmp_path: Path) -> None:

@@ -3,6 +3,10 @@ through `compactd proxy` — each then resumed: what the agent tests compare."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,3 +60,16 @@ def both_ways(
             keys = ("requests", "rejected", "largest", "input_tokens")
             print(f"{name} {way} {run}:", {k: seen[k] for k in keys if k in seen})
     return out
+
+
+def compactd_json(data: Path, *args: str) -> Any:
+    """`compactd ARGS --json` on a proxy's data dir, read (`stats`, `context`)."""
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("compactd")), *args, "--json"],
+        env={**os.environ, "COMPACTD_DATA_DIR": str(data)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)

@@ -190,6 +190,8 @@ export interface MeasureResult {
   turns: number;
   turnsShown: number;
   warnings?: string[];
+  /** Default: `null` (may be omitted). */
+  sent?: SentRequest | null;
 }
 
 /** One model's budget for the rendered request (`binding`: the tightest). */
@@ -221,6 +223,17 @@ export interface OpenResult {
 export interface ProviderError {
   status: number;
   message: string;
+}
+
+/** What the proxy recorded of a session it relayed (`compactd stats` has the rest). */
+export interface ProxiedSession {
+  agent: string | null;
+  model: string | null;
+  state: string;
+  requests: number;
+  passedThrough: number;
+  savedInputTokens: number;
+  savedUsd: number | null;
 }
 
 /** Answer the model's `compactd_recall` call: lines of what a handle in a rendered marker stands for, at most `recallMaxChars` characters of whole lines — or, with `search`, the lines that contain it (plain text; `regex`: an RE2 regular expression), each with its number and `context` lines around it (default 1, at most 5); `startLine` and `endLine` then bound the lines searched. */
@@ -375,6 +388,21 @@ export interface ReportUsageResult {
   limitTokens: number | null;
 }
 
+/** The last request a front sent for the session, as it measured it then: at the model and window it used, its system prompt and tools counted, beside the provider's own count. */
+export interface SentRequest {
+  at: number;
+  model: string | null;
+  total: number;
+  reported: number | null;
+  window: number;
+  limit: number;
+  outputReserve: number;
+  free: number;
+  categories: { [key: string]: number };
+  turns: number;
+  turnsShown: number;
+}
+
 /** Another process appended to a session this daemon has loaded. */
 export interface SessionChangedNotification {
   sessionId: string;
@@ -403,6 +431,8 @@ export interface SessionInfo {
   turns?: number;
   /** Default: `0` (may be omitted). */
   tokens?: number;
+  /** Default: `null` (may be omitted). */
+  proxied?: ProxiedSession | null;
 }
 
 export interface SnipParams {
