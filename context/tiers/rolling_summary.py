@@ -716,7 +716,7 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
         )
         return
     proj = run.rendered.projection
-    rng = choose_range(run) if manual else summary_range(run)
+    rng = summary_range(run)  # /compact's the same: a prepared checkpoint is for either
     if rng is None:
         bar = int(policy.summary_split_turn_above * run.limit)
         if run.target < run.total <= max(bar, run.threshold):

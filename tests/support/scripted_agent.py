@@ -93,11 +93,6 @@ def is_compactd_fork(body: dict[str, Any]) -> bool:
     return last.get("type") == "text" and str(last.get("text", "")).startswith(FORK_OPENING)
 
 
-def is_agent_step(body: dict[str, Any]) -> bool:
-    """A request of the agent's own loop (it offers its tools), not compactd's fork of one."""
-    return offers_bash(body) and not is_compactd_fork(body)
-
-
 def is_agent_summary(body: dict[str, Any]) -> bool:
     """The agent asking the model to summarize its own conversation (its own compaction)."""
     messages = body.get("messages") or []
