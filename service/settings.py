@@ -59,6 +59,7 @@ LIMIT_VARIABLES = {
     "COMPACTD_MAX_MESSAGE_BYTES": "max_message_bytes",
     "COMPACTD_MAX_IMPORT_BYTES": "max_import_bytes",
     "COMPACTD_MAX_IMPORT_AMPLIFICATION": "max_import_amplification",
+    "COMPACTD_IMPORT_FLOOR_BYTES": "import_floor_bytes",
     "COMPACTD_MAX_IMPORT_LOG_BYTES": "max_import_log_bytes",
 }
 
