@@ -61,8 +61,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 async def run_replay(
     ns: argparse.Namespace, client: CompactdClient, token: str | None = None
 ) -> int:
-    """Exit 1 when a summary provider failed during the replay: its figures then describe a
-    run without those summaries, which is not what was asked for. A `--plot` that could not
+    """Exit 1 when a summary provider failed during the replay (its figures then describe a
+    run without those summaries, which is not what was asked for) or when a request could not
+    be made to fit (what the cascade is for), each said in a line. A `--plot` that could not
     be written is said before the replay runs (exit 2)."""
     problem = ns.plot and plot_problem(ns.plot)
     if problem:
@@ -88,12 +89,44 @@ async def run_replay(
         print(orjson.dumps(report).decode())
     else:
         print_report(report, show_steps=ns.steps)
-    if failures:
-        console = Console(stderr=True, highlight=False)
-        for reason, count in failures.items():
-            console.print(f"[red]summary failed[/red] {count}×: {reason}")
-        return 1
-    return 0
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    for reason, count in failures.items():
+        console.print(f"[red]summary failed[/red] {count}×: {reason}")
+    unfit = cannot_fit(report)
+    if unfit:
+        console.print(f"compactd: {unfit}")
+    return 1 if failures or unfit else 0
+
+
+def cannot_fit(report: dict[str, Any]) -> str | None:
+    """Why the replay is not good when some of its requests could not be made to fit, in one
+    line: how many, the limit, and the system prompt when it alone is over the limit."""
+    totals = report["totals"]["compactd"]
+    count = totals.get("cannotFit", 0)
+    if not count:
+        return None
+    limit, window = report["limit"], report["window"]
+    line = (
+        f"{count:,} of {totals['requests']:,} requests cannot fit the limit of {limit:,} "
+        f"tokens ({window:,} window − {window - limit:,} output reserve)"
+    )
+    units = report.get("units") or {}
+    system = units.get("systemTokens") or {}
+    largest = max((v for v in system.values() if isinstance(v, int)), default=0)
+    how = (
+        "assumed: the transcript records no call to fit it on"
+        if units.get("source") == "prior"
+        else "as fitted on the recorded calls"
+    )
+    if largest >= limit:
+        return (
+            f"{line}: the system prompt alone is {largest:,} tokens ({how}); replay with a "
+            "larger --window, or give the prompt's size with --system-tokens N"
+        )
+    return (
+        f"{line}: the system prompt ({largest:,} tokens, {how}) with what each request keeps "
+        "verbatim is over it (--steps shows which requests)"
+    )
 
 
 def plot_problem(path: str) -> str | None:

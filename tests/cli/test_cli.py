@@ -359,10 +359,20 @@ def test_compact_over_its_call_bound_says_what_to_do(cli: Cli) -> None:
 
 def test_replay_json_and_plot(cli: Cli) -> None:
     plot = cli.cwd / "swe.png"
-    done = cli("-q", "replay", str(SWE), "--window", "16000", "--json", "--plot", str(plot))
+    done = cli("-q", "replay", str(SWE), "--window", "40000", "--json", "--plot", str(plot))
     report = json.loads(done.stdout)
     assert set(report["totals"]) == {"compactd", "baseline", "recorded", "codex", "opencode"}
     assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_replay_where_requests_cannot_fit_is_not_good_and_says_why(cli: Cli) -> None:
+    """At a 16K window the session's own system prompt (15K) leaves no room: every request
+    cannot fit, which is exit 1 with one line saying why, the report still printed."""
+    done = cli("-q", "replay", str(SMALL), "--window", "16000", code=1)
+    assert "requests that cannot fit" in done.stdout
+    [why] = done.stderr.strip().splitlines()
+    assert why.startswith("compactd: 170 of 170 requests cannot fit the limit of 12,000 tokens")
+    assert "the system prompt alone is 15,070 tokens" in why, why
 
 
 def test_the_replay_table_fits_80_columns_with_its_savings(cli: Cli) -> None:
