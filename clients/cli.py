@@ -15,13 +15,14 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import importlib.metadata
 import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 from rich.console import Console
@@ -38,15 +39,6 @@ Command = Callable[[argparse.Namespace, CompactdClient], Awaitable[int]]
 
 EXIT_OK, EXIT_NOT_GOOD, EXIT_ERROR, EXIT_DAEMON, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 PROVIDERS = ("anthropic", "client", "digest")
-# global options that take a value (to find the command word among the arguments)
-VALUE_OPTIONS = (
-    "--data-dir",
-    "--store",
-    "--summary-provider",
-    "--summary-model",
-    "--set",
-    "--config",
-)
 GLOBAL_DEFAULTS: dict[str, Any] = {
     "data_dir": None,
     "store": None,
@@ -60,6 +52,14 @@ GLOBAL_DEFAULTS: dict[str, Any] = {
 }
 SHOWN_WARNINGS = 5
 CANCEL_WAIT_SECONDS = 30.0  # a second Ctrl-C does not wait
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error in one line (what is wrong, and where help is) instead of
+    the whole usage block above it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} -h` lists the options)\n")
 
 
 class Interrupted(Exception):
@@ -560,7 +560,7 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     _global_options(common, suppress=True)
     sub = top.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
@@ -586,8 +586,12 @@ def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPars
         "idempotent, verified by event counts and hashes",
     )
     way = p.add_mutually_exclusive_group(required=True)
-    way.add_argument("--to", metavar="URL", help="postgresql://… to copy the data dir into")
-    way.add_argument("--from", dest="from_", metavar="URL", help="postgresql://… to copy from")
+    way.add_argument(
+        "--to", metavar="URL", type=store_url, help="postgresql://… to copy the data dir into"
+    )
+    way.add_argument(
+        "--from", dest="from_", metavar="URL", type=store_url, help="postgresql://… to copy from"
+    )
     out["import"] = p = add("import", "import a transcript; prints the session id(s)")
     p.add_argument(
         "path",
@@ -638,19 +642,30 @@ def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPars
     return out
 
 
+def store_url(text: str) -> str:
+    """A store URL given on the command line: not empty (what `--to "$COMPACTD_STORE"` is
+    with the variable unset); its scheme is checked where the store is opened."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "the URL is empty (is the variable it came from set?); give postgresql://…"
+        )
+    return text
+
+
 def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The top-level parser (global options, `--version`, the list of commands) and each
     command's own parser."""
-    top = argparse.ArgumentParser(
+    top = Parser(
         prog="compactd",
         description="compactd: keeps LLM agent conversations under the context window.",
-        epilog="Global options work before or after the command. `compactd COMMAND -h` says more.",
+        epilog="Every option works before or after the command. `compactd COMMAND -h` says more.",
     )
     top.add_argument("--version", action="version", version=f"compactd {_version()}")
     _global_options(top, suppress=False)
     return top, _subparsers(top)
 
 
+@functools.cache
 def _version() -> str:
     try:
         return importlib.metadata.version("compactd")
@@ -658,37 +673,65 @@ def _version() -> str:
         return "unknown"
 
 
-def _command_index(argv: list[str]) -> int | None:
-    """Where the command word is: the first argument that is neither an option nor an
-    option's value."""
+def _takes_value(p: argparse.ArgumentParser, option: str) -> bool | None:
+    """Whether `option` (a bare `--name`, not `--name=value`) takes a value in `p`; None
+    when `p` does not know it."""
+    action = p._option_string_actions.get(option)  # argparse's own table of its options
+    return None if action is None else action.nargs != 0
+
+
+def _command_index(argv: list[str], parsers: list[argparse.ArgumentParser]) -> int | None:
+    """Where the command word is: the first argument that is neither an option nor the value
+    of an option (of any command: its options may come before it too)."""
     i = 0
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
             return None
-        if arg in VALUE_OPTIONS:
-            i += 2
-            continue
         if not arg.startswith("-"):
             return i
+        if "=" not in arg and any(_takes_value(p, arg) for p in parsers):
+            i += 1
         i += 1
     return None
 
 
+def _split_before(
+    top: argparse.ArgumentParser, command: argparse.ArgumentParser, before: list[str]
+) -> tuple[list[str], list[str]]:
+    """The arguments before the command word, as (global options, the command's own): an
+    option the top-level parser does not know is the command's, with its value."""
+    mine: list[str] = []
+    theirs: list[str] = []
+    i = 0
+    while i < len(before):
+        arg = before[i]
+        name = arg.split("=", 1)[0]
+        to = mine if _takes_value(top, name) is not None else theirs
+        to.append(arg)
+        if "=" not in arg and _takes_value(top if to is mine else command, name):
+            to.extend(before[i + 1 : i + 2])
+            i += 1
+        i += 1
+    return mine, theirs
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse a command line: global options anywhere, a command's options and free text in
-    any order (`compact S --window 32000 keep the plan`). Exits 2 on a usage error."""
+    """Parse a command line: every option before or after the command, a command's options
+    and free text in any order (`compact S --window 32000 keep the plan`,
+    `--window 64000 context S`). Exits 2 on a usage error, said in one line."""
     args = list(sys.argv[1:] if argv is None else argv)
     top, commands = parser()
-    at = _command_index(args)
+    at = _command_index(args, [top, *commands.values()])
     if at is None or args[at] not in commands:
         top.parse_args(args[: at if at is not None else len(args)])  # -h, --version, bad options
         top.error(f"unknown command {args[at]!r}" if at is not None else "a command is required")
     ns = argparse.Namespace(**GLOBAL_DEFAULTS)
-    before = top.parse_args(args[:at])
+    globals_before, command_before = _split_before(top, commands[args[at]], args[:at])
+    before = top.parse_args(globals_before)
     for key in GLOBAL_DEFAULTS:
         setattr(ns, key, getattr(before, key))
-    after = commands[args[at]].parse_intermixed_args(args[at + 1 :])
+    after = commands[args[at]].parse_intermixed_args([*command_before, *args[at + 1 :]])
     for key, value in vars(after).items():
         if key == "set":
             ns.set = [*ns.set, *value]

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from compactd.clients.cli import parser
+from compactd.clients.cli import parse, parser
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = str(Path(sys.executable).with_name("compactd"))
@@ -93,6 +93,86 @@ def test_every_option_has_help(name: str, p: object) -> None:
     actions = p._actions  # type: ignore[attr-defined]
     missing = [a.option_strings or a.dest for a in actions if a.dest != "command" and not a.help]
     assert missing == [], f"{name}: options without help"
+
+
+def command_options() -> Iterator[tuple[str, str, str | None]]:
+    """(command, option, a value for it or None) of every option of every command but help
+    and version: each is tried before the command word and after it."""
+    _top, commands = parser()
+    for name, p in commands.items():
+        for action in p._actions:
+            option = next((o for o in action.option_strings if o.startswith("--")), None)
+            if option in (None, "--help", "--version"):
+                continue
+            if action.nargs == 0:
+                yield name, option, None
+            elif action.choices:
+                yield name, option, str(next(iter(action.choices)))
+            elif action.type in (int, float):
+                yield name, option, "7"
+            elif option == "--config":
+                yield name, option, '{"a": 1}'
+            elif option == "--listen":
+                yield name, option, "127.0.0.1:0"
+            else:
+                yield name, option, "a=1"
+
+
+def positionals(name: str) -> list[str]:
+    return {"import": ["t.jsonl"], "demo": ["t.jsonl"], "replay": ["t.jsonl"]}.get(
+        name, ["S"] if name in ("context", "render", "snip", "compact") else []
+    )
+
+
+@pytest.mark.parametrize(("name", "option", "value"), list(command_options()))
+def test_every_option_works_before_and_after_its_command(
+    name: str, option: str, value: str | None
+) -> None:
+    """What the README says: options go before or after the command — the command's own
+    (`--window 64000 context S`) as well as the global ones."""
+    given = [option] if value is None else [option, value]
+    other = ["--to", "postgresql://h/d"] if name == "migrate" and option != "--to" else []
+    if name == "migrate" and option == "--from":
+        other = []
+    after = parse([name, *positionals(name), *given, *other])
+    before = parse([*given, name, *positionals(name), *other])
+    assert vars(before) == vars(after)
+    joined = parse([f"{option}={value}", name, *positionals(name), *other]) if value else before
+    assert vars(joined) == vars(after)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["migrate", "--to", ""], "argument --to: the URL is empty"),
+        (["migrate", "--from", " "], "argument --from: the URL is empty"),
+        (["--window", "64000", "sessions"], "unrecognized arguments: --window 64000"),
+        (["context", "S", "--window", "many"], "argument --window: invalid int value"),
+        (["--bogus", "context", "S"], "unrecognized arguments: --bogus"),
+        (["frobnicate"], "unknown command 'frobnicate'"),
+    ],
+)
+def test_a_bad_option_is_one_line_and_exit_2(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and words in err and "-h` lists the options" in err, err
+
+
+def test_migrate_to_an_unset_variable_is_one_line(cli: Cli) -> None:
+    """`migrate --to "$COMPACTD_STORE"` with the variable unset: one line, exit 2 (it was an
+    AttributeError and exit 1), nothing written."""
+    done = cli("migrate", "--to", "", code=2)
+    assert done.stderr.startswith("compactd migrate: error: argument --to: the URL is empty")
+    assert len(done.stderr.splitlines()) == 1 and done.stdout == ""
+
+
+def test_a_commands_option_before_it(cli: Cli, session: str) -> None:
+    measured = json.loads(cli("--window", "64000", "context", session, "--json").stdout)
+    assert measured["window"] == 64_000
 
 
 def test_serve_accepts_stdio_as_lsp_clients_pass_it(cli: Cli) -> None:
