@@ -18,9 +18,9 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from .. import install_advice
 from .client import CompactdClient
 
-PLOT_NEEDS = "needs matplotlib (in a clone: pip install '.[plot]', or pip install matplotlib)"
 TIER_COLOURS = {
     "microcompact": "tab:orange",
     "snip": "tab:red",
@@ -129,6 +129,11 @@ def cannot_fit(report: dict[str, Any]) -> str | None:
     )
 
 
+def plot_needs() -> str:
+    """What is missing for `--plot`, and the command that adds it to this installation."""
+    return f"needs matplotlib: {install_advice('matplotlib>=3.9')}"
+
+
 def plot_problem(path: str) -> str | None:
     """Why the picture could not be written to `path`, or None (checked before minutes of
     replay, which would otherwise end in a traceback)."""
@@ -141,7 +146,7 @@ def plot_problem(path: str) -> str | None:
     if not os.access(folder, os.W_OK):
         return f"the folder {str(folder)!r} is not writable"
     if importlib.util.find_spec("matplotlib") is None:
-        return PLOT_NEEDS
+        return plot_needs()
     return None
 
 
@@ -412,7 +417,7 @@ def plot(report: dict[str, Any], path: str) -> None:
         import matplotlib.pyplot as plt
         from matplotlib.ticker import FuncFormatter, MaxNLocator
     except ImportError as exc:  # an optional dependency
-        raise SystemExit(f"compactd: --plot {PLOT_NEEDS}") from exc
+        raise SystemExit(f"compactd: --plot {plot_needs()}") from exc
     steps = report["steps"]
     by_thread = threads(steps)
     subs = [name for name in by_thread if name != "main"]

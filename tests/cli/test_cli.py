@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -531,6 +532,31 @@ def test_version_and_store_work_on_every_command(cli: Cli) -> None:
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+def test_advice_to_install_fits_how_compactd_was_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under pipx (its venv holds `pipx_metadata.json`) a missing package is added with
+    `pipx inject compactd`; elsewhere with this interpreter's own pip — never `pip install
+    '.[plot]'`, which only works from a clone and not at all under pipx."""
+    from compactd.clients.replay import plot_needs
+    from compactd.context.errors import StoreFailure
+    from compactd.context.stores import open_store
+
+    from compactd import install_advice
+
+    here = plot_needs()
+    assert here == f"needs matplotlib: {sys.executable} -m pip install 'matplotlib>=3.9'"
+    pipx_venv = tmp_path / "pipx/venvs/compactd"
+    pipx_venv.mkdir(parents=True)
+    (pipx_venv / "pipx_metadata.json").write_text("{}")
+    monkeypatch.setattr(sys, "prefix", str(pipx_venv))
+    assert plot_needs() == "needs matplotlib: pipx inject compactd 'matplotlib>=3.9'"
+    assert install_advice("psycopg-pool") == "pipx inject compactd psycopg-pool"
+    monkeypatch.setitem(sys.modules, "compactd.context.stores.postgres", None)  # not installed
+    with pytest.raises(StoreFailure, match=r"pipx inject compactd 'psycopg\[binary\]>=3.2'"):
+        open_store("postgresql://db/agents", None)
+
+
 def test_the_install_lines_say_what_works() -> None:
     readme = (ROOT / "README.md").read_text()
     assert ".venv/bin/compactd" in readme and "pipx install ." in readme
@@ -540,4 +566,11 @@ def test_the_install_lines_say_what_works() -> None:
         ROOT / "clients/replay.py",
     ):
         assert "pip install compactd" not in source.read_text(), source
+    node = (ROOT / "clients/node/README.md").read_text()
+    example = node.split("```js\n", 1)[1].split("```", 1)[0]
+    imported = set(re.findall(r'from "((?:@[\w-]+/)?[\w-]+)"', example)) - {"@compactd/client"}
+    assert imported == {"@anthropic-ai/sdk"}, imported
+    installs = [line for line in node.splitlines() if line.startswith("npm install ")]
+    for package in imported:  # what the example imports, the README says to install
+        assert any(package in line.split("#")[0] for line in installs), (package, installs)
     assert "rm -rf $(RUN_DATA)" in (ROOT / "Makefile").read_text()  # make run: the same each time
