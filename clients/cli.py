@@ -1,9 +1,11 @@
-"""The `compactd` command's client side. Every subcommand but `serve` and `schema` talks to a
-daemon it spawns, through the Python client over stdio — so the CLI exercises the real
-protocol. `compactd.main` routes `serve` to the daemon; this module imports only `protocol`.
+"""The `compactd` command's client side. Every subcommand that changes or computes something
+talks to a daemon it spawns, through the Python client over stdio — so the CLI exercises the
+real protocol; the read-only ones (`sessions`, `context` without `--cascade`) are given a
+client that reads the store in this process (`compactd.main` passes it: this module imports
+only `protocol`), so a look costs what Python's start and the look do, not a daemon's start.
 
-One set of global options works before or after the command (`--summary-provider`, `--set`,
-`--config`, `--data-dir`, `-v`, `-q`), and options and free text mix in any order. Exit codes:
+Every option works before or after the command, and options and free text mix in any order;
+a usage error is one line. Exit codes:
 0 done, 1 done but not good (over the limit, nothing compacted or snipped, summaries
 failed), 2 an error (bad input, unknown session, bad config), 3 the daemon died, 130
 interrupted.
@@ -12,30 +14,33 @@ interrupted.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import datetime as dt
 import functools
-import importlib.metadata
 import os
 import sys
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import orjson
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..protocol.convert import structure, unstructure
 from ..protocol.types import CompactionEvent, ImportResult, RenderResult
-from .client import AnsweredDespiteCancel, CompactdClient, RpcError
+from .errors import RpcError
 from .panel import build_panel
 
-Command = Callable[[argparse.Namespace, CompactdClient], Awaitable[int]]
+if TYPE_CHECKING:
+    from .client import CompactdClient
+
+T = TypeVar("T")
+Command = Callable[[argparse.Namespace, "CompactdClient"], Awaitable[int]]
+Connect = Callable[[argparse.Namespace], Any]
+"""A client for a read-only command: what it calls of `CompactdClient` (`list_sessions`,
+`measure`, `close`), answered without a daemon; an error is an `RpcError`."""
 
 EXIT_OK, EXIT_NOT_GOOD, EXIT_ERROR, EXIT_DAEMON, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 PROVIDERS = ("anthropic", "client", "digest")
@@ -127,6 +132,10 @@ async def daemon_progress(
     if ns.quiet or not console.is_terminal:  # a log or a pipe gets no spinner frames
         yield None
         return
+    import uuid
+
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     token = f"cli-{uuid.uuid4().hex[:12]}"
     with Progress(
         SpinnerColumn(),
@@ -153,6 +162,10 @@ async def daemon_progress(
 
 
 async def cmd_import(ns: argparse.Namespace, client: CompactdClient) -> int:
+    import asyncio
+
+    from .client import AnsweredDespiteCancel
+
     try:
         async with daemon_progress(ns, client, f"importing {Path(ns.path).name}") as token:
             result = await client.import_transcript(ns.path, new=ns.new, work_done_token=token)
@@ -566,7 +579,7 @@ def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPars
 
     def add(name: str, text: str) -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=text, description=text, parents=[common])
-        command.add_argument("--version", action="version", version=f"compactd {_version()}")
+        command.add_argument("--version", action=VersionAction)
         return command
 
     out: dict[str, argparse.ArgumentParser] = {}
@@ -660,17 +673,31 @@ def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser
         description="compactd: keeps LLM agent conversations under the context window.",
         epilog="Every option works before or after the command. `compactd COMMAND -h` says more.",
     )
-    top.add_argument("--version", action="version", version=f"compactd {_version()}")
+    top.add_argument("--version", action=VersionAction)
     _global_options(top, suppress=False)
     return top, _subparsers(top)
 
 
 @functools.cache
 def _version() -> str:
+    import importlib.metadata  # only when asked: reading the metadata costs every command
+
     try:
         return importlib.metadata.version("compactd")
     except importlib.metadata.PackageNotFoundError:  # run from a source tree
         return "unknown"
+
+
+class VersionAction(argparse.Action):
+    """`--version`: prints `compactd VERSION` and exits, the version read only then."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "show the version and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        sys.stdout.write(f"compactd {_version()}\n")
+        parser.exit()
 
 
 def _takes_value(p: argparse.ArgumentParser, option: str) -> bool | None:
@@ -836,7 +863,50 @@ def previews(ns: argparse.Namespace) -> bool:
     return ns.command == "context" and not ns.cascade
 
 
+def reads_only(ns: argparse.Namespace) -> bool:
+    """A command that only reads what is stored (`sessions`, `context` without `--cascade`):
+    it needs no daemon, and one started for a look would cost more than the look."""
+    return ns.command == "sessions" or (ns.command == "context" and not ns.cascade)
+
+
+def _run_local(ns: argparse.Namespace, connect: Connect) -> int:
+    """A read-only command, on the client `connect` gives: its calls never wait (the store
+    is read in this process), so the command's coroutine runs to its end without an event
+    loop — and asyncio, with the TLS library it loads, is never imported."""
+    try:
+        client = connect(ns)
+    except RpcError as exc:
+        print(f"compactd: {exc.message}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        if ns.command in SESSION_COMMANDS:
+            _finish(_resolve_session(ns, client))
+        return _finish(COMMANDS[ns.command](ns, client))
+    except UsageError as exc:
+        print(f"compactd: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except RpcError as exc:
+        print(f"compactd: {exc.message}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        _finish(client.close())
+
+
+def _finish(coroutine: Coroutine[Any, Any, T]) -> T:
+    """The result of a coroutine that never waits; one that does is a mistake here."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coroutine.close()
+    raise RuntimeError("a command on the local client waited for something")
+
+
 async def _run_client(ns: argparse.Namespace) -> int:
+    import asyncio
+
+    from .client import CompactdClient
+
     client = await CompactdClient.spawn(
         data_dir=ns.data_dir, args=daemon_args(ns), new_process_group=True
     )
@@ -881,8 +951,10 @@ def _interruptible() -> Iterator[None]:
         raise SystemExit(EXIT_INTERRUPTED) from None
 
 
-def run(ns: argparse.Namespace) -> int:
-    """Every command but `serve` (the daemon's, dispatched by `compactd.main`)."""
+def run(ns: argparse.Namespace, connect: Connect | None = None) -> int:
+    """Every command but `serve`, `proxy` and `migrate` (dispatched by `compactd.main`):
+    through a daemon it spawns, or — `connect`, for a command that `reads_only` — through
+    the client `connect` gives, which reads the store in this process."""
     if ns.command == "schema":
         from ..protocol.schema import schema_text
 
@@ -891,4 +963,8 @@ def run(ns: argparse.Namespace) -> int:
     if ns.data_dir is None and os.environ.get("COMPACTD_DATA_DIR"):
         ns.data_dir = os.environ["COMPACTD_DATA_DIR"]
     with _interruptible():
+        if connect is not None:
+            return _run_local(ns, connect)
+        import asyncio
+
         return asyncio.run(_run_client(ns))

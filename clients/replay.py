@@ -12,14 +12,16 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from rich.console import Console
 from rich.table import Table
 
 from .. import install_advice
-from .client import CompactdClient
+
+if TYPE_CHECKING:
+    from .client import CompactdClient
 
 TIER_COLOURS = {
     "microcompact": "tab:orange",

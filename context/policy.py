@@ -6,7 +6,6 @@ Tiers read their numbers from a `Policy`; a session's `config` overrides any fie
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 import attrs
@@ -273,6 +272,8 @@ def policy_from_config(config: dict[str, Any] | None) -> Policy:
     for key, value in config.items():
         name = _snake(key)
         if name not in _FIELDS:
+            import difflib  # a misspelled key only: every process reads a policy
+
             hint = difflib.get_close_matches(_camel(name), config_keys(), n=1)
             raise InvalidConfig(
                 f"unknown config key {key!r}: "

@@ -4,6 +4,7 @@ exit codes they must give (0 done, 1 not good, 2 error, 130 interrupted)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -13,9 +14,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from compactd.clients.cli import parse, parser
+from compactd.clients.client import CompactdClient
+from compactd.protocol.convert import unstructure
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = str(Path(sys.executable).with_name("compactd"))
@@ -243,6 +247,32 @@ def test_sessions_newest_first_with_what_they_hold(cli: Cli, session: str) -> No
     assert mine["tokens"] > 1000
     table = cli("sessions").stdout
     assert session in table and mine["title"][:20] in table and f"{mine['tokens']:,}" in table
+
+
+def test_sessions_and_context_answer_as_a_daemon_does_without_starting_one(
+    cli: Cli, session: str
+) -> None:
+    """The read-only commands read the store in their own process (a daemon's start cost
+    1.3 s of CPU per look): no daemon is started, and what they print is what a daemon over
+    the same data dir answers (`session/list`, `context/measure`)."""
+    listed = cli("-v", "sessions", "--json")
+    measured = cli("-v", "context", session[:8], "--window", "64000", "--json")
+    for done in (listed, measured):
+        assert "daemon started" not in done.stderr, done.stderr
+
+    async def ask() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with await CompactdClient.spawn(
+            data_dir=str(cli.data_dir), args=["--no-idle-work"]
+        ) as daemon:
+            sessions = unstructure(await daemon.list_sessions())
+            return sessions, unstructure(await daemon.measure(session, window=64_000))
+
+    sessions, measure = asyncio.run(ask())
+    assert json.loads(measured.stdout) == measure
+    local = json.loads(listed.stdout)["sessions"]
+    assert [{**s, "loaded": False} for s in local] == [
+        {**s, "loaded": False} for s in sessions["sessions"]
+    ]
 
 
 # ---- session commands ----------------------------------------------------------------------
