@@ -24,16 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import orjson
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from ..protocol.convert import structure, unstructure
 from ..protocol.types import CompactionEvent, ImportResult, RenderResult
 from .errors import RpcError
-from .panel import build_panel
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from .client import CompactdClient
 
 T = TypeVar("T")
@@ -80,11 +78,15 @@ class UsageError(Exception):
 
 
 def _err(ns: argparse.Namespace) -> Console:
+    from rich.console import Console  # here: `serve` and `proxy` parse with this module
+
     return Console(stderr=True, force_terminal=ns.color, highlight=False, soft_wrap=True)
 
 
 def _warn(ns: argparse.Namespace, warnings: list[str], always: bool = False) -> None:
     """Warnings on stderr: the first few unless `-v`, none with `-q` (unless `always`)."""
+    from rich.markup import escape
+
     if ns.quiet and not always:
         return
     shown = warnings if ns.verbose else warnings[:SHOWN_WARNINGS]
@@ -134,6 +136,7 @@ async def daemon_progress(
         return
     import uuid
 
+    from rich.markup import escape
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     token = f"cli-{uuid.uuid4().hex[:12]}"
@@ -189,6 +192,10 @@ async def cmd_import(ns: argparse.Namespace, client: CompactdClient) -> int:
 
 
 async def cmd_sessions(ns: argparse.Namespace, client: CompactdClient) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
     result = await client.list_sessions()  # the daemon sorts newest first
     if ns.json:
         _print_json(unstructure(result))
@@ -212,6 +219,10 @@ async def cmd_sessions(ns: argparse.Namespace, client: CompactdClient) -> int:
 
 
 async def cmd_context(ns: argparse.Namespace, client: CompactdClient) -> int:
+    from rich.console import Console
+
+    from .panel import build_panel
+
     if ns.cascade:  # the panel of the request the cascade makes (written unless --dry-run)
         result = await _cascade_render(ns, client)
         _warn(ns, in_cli_words(result.warnings), always=True)
@@ -250,6 +261,8 @@ async def _cascade_render(ns: argparse.Namespace, client: CompactdClient) -> Ren
 
 def _print_events(console: Console, events: list[CompactionEvent]) -> None:
     """One line per tier event: ✓ what it did (in a preview: would do), · why it did not."""
+    from rich.markup import escape
+
     for event in events:
         mark = "✓" if event.applied else "·"
         console.print(
@@ -260,6 +273,8 @@ def _print_events(console: Console, events: list[CompactionEvent]) -> None:
 
 
 async def cmd_render(ns: argparse.Namespace, client: CompactdClient) -> int:
+    from rich.console import Console
+
     result = await _cascade_render(ns, client)
     _warn(ns, in_cli_words(result.warnings), always=True)
     tokens = result.tokens
@@ -346,6 +361,10 @@ def over_call_limit(exc: RpcError) -> bool:
 async def cmd_demo(ns: argparse.Namespace, client: CompactdClient) -> int:
     """`make run`: import a real transcript through the daemon, show its panel, then what the
     cascade would do to it in a smaller window (a preview, so a second run shows the same)."""
+    from rich.console import Console
+
+    from .panel import build_panel
+
     async with daemon_progress(ns, client, f"importing {Path(ns.path).name}") as token:
         result = await client.import_transcript(ns.path, work_done_token=token)
     console = Console(force_terminal=ns.color)

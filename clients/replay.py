@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from rich.console import Console
-from rich.table import Table
 
 from .. import install_advice
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
     from .client import CompactdClient
 
 TIER_COLOURS = {
@@ -91,6 +92,8 @@ async def run_replay(
         print(orjson.dumps(report).decode())
     else:
         print_report(report, show_steps=ns.steps)
+    from rich.console import Console  # here: the parser imports this module for every command
+
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     for reason, count in failures.items():
         console.print(f"[red]summary failed[/red] {count}×: {reason}")
@@ -229,6 +232,8 @@ and how many of them no compaction used."""
 def print_report(
     report: dict[str, Any], show_steps: bool = False, console: Console | None = None
 ) -> None:
+    from rich.console import Console
+
     console = console or Console(highlight=False)
     console.print(
         f"[bold]replay of {report['source']}[/bold] · window {report['window']:,} · "
@@ -289,6 +294,8 @@ def savings(cost: float, other: dict[str, Any] | None) -> str:
 
 def totals_table(totals: dict[str, Any], failed: int | None, title: str) -> Table:
     """One column per run that has figures, one row per measure: fits 80 columns."""
+    from rich.table import Table
+
     totals = {name: t for name, t in totals.items() if name in RUNS}
     runs = [(RUNS[name], t) for name, t in totals.items() if t is not None]
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
@@ -310,6 +317,8 @@ def totals_table(totals: dict[str, Any], failed: int | None, title: str) -> Tabl
 
 def anchors_table(totals: dict[str, Any], title: str) -> Table:
     """compactd beside the anchor policies: a column each, a row per measure."""
+    from rich.table import Table
+
     runs = [(label, totals[name]) for name, label in ANCHORS.items() if totals.get(name)]
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
     table.add_column("")
@@ -352,6 +361,8 @@ def _measure(
 
 
 def steps_table(report: dict[str, Any]) -> Table:
+    from rich.table import Table
+
     steps = Table(
         "step",
         "thread",
