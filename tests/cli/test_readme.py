@@ -180,15 +180,15 @@ def test_the_readme_compact_example_compacts_a_long_agentic_turn(tmp_path: Path)
     before their retained turns to summarize: each summarizes inside the turn and says what
     it kept (both said "short history" and changed nothing)."""
     [line] = [argv for argv in readme_commands() if argv[1] == "compact"]
+    plain = ["compact", "<session>", "--summary-provider", "digest"]
     cli = Cli(tmp_path / "data", tmp_path)
-    for transcript in BUNDLED_LONG_TURNS:
-        for argv in (line[1:], ["compact", "<session>", "--summary-provider", "digest"]):
-            session = cli("-q", "import", "--new", str(transcript)).stdout.split()[0]
-            done = cli(*[a.replace("<session>", session) for a in argv])
-            assert done.stdout.startswith("compacted: /compact: summarized "), done.stdout
-            assert "; kept the request of the turn in progress and its newest" in done.stdout
-            before, after = (
-                int(n.replace(",", ""))
-                for n in re.search(r"\(([\d,]+) → ([\d,]+) tokens\)", done.stdout).groups()
-            )
-            assert after < before / 2, done.stdout
+    for transcript, argv in zip(BUNDLED_LONG_TURNS, (line[1:], plain), strict=True):
+        session = cli("-q", "import", str(transcript)).stdout.split()[0]
+        done = cli(*[a.replace("<session>", session) for a in argv])
+        assert done.stdout.startswith("compacted: /compact: summarized "), done.stdout
+        assert "; kept the request of the turn in progress and its newest" in done.stdout
+        before, after = (
+            int(n.replace(",", ""))
+            for n in re.search(r"\(([\d,]+) → ([\d,]+) tokens\)", done.stdout).groups()
+        )
+        assert after < before / 2, done.stdout
