@@ -898,9 +898,7 @@ def _run_local(ns: argparse.Namespace, connect: Connect) -> int:
         print(f"compactd: {exc.message}", file=sys.stderr)
         return EXIT_ERROR
     try:
-        if ns.command in SESSION_COMMANDS:
-            _finish(_resolve_session(ns, client))
-        return _finish(COMMANDS[ns.command](ns, client))
+        return _finish(_command(ns, client))
     except UsageError as exc:
         print(f"compactd: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -909,6 +907,13 @@ def _run_local(ns: argparse.Namespace, connect: Connect) -> int:
         return EXIT_ERROR
     finally:
         _finish(client.close())
+
+
+async def _command(ns: argparse.Namespace, client: CompactdClient) -> int:
+    """The command on a client: its session resolved from the prefix given, then run."""
+    if ns.command in SESSION_COMMANDS:
+        await _resolve_session(ns, client)
+    return await COMMANDS[ns.command](ns, client)
 
 
 def _finish(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -935,9 +940,7 @@ async def _run_client(ns: argparse.Namespace) -> int:
     if ns.verbose and client.process is not None:
         _err(ns).print(f"compactd: daemon started (pid {client.process.pid})")
     try:
-        if ns.command in SESSION_COMMANDS:
-            await _resolve_session(ns, client)
-        return await COMMANDS[ns.command](ns, client)
+        return await _command(ns, client)
     except UsageError as exc:
         print(f"compactd: {exc}", file=sys.stderr)
         return EXIT_ERROR
