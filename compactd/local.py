@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,8 +43,6 @@ class LocalClient:
 
     @classmethod
     def connect(cls, ns: argparse.Namespace) -> LocalClient:
-        import os
-
         with as_rpc_error():
             reader = StoreReader(ns.data_dir, ns.store, ns.session_config, limits_from(os.environ))
         return cls(reader)

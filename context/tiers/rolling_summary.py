@@ -597,7 +597,7 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
     rng = choose_range(run, manual=manual)
     if rng is None:
         bar = int(policy.summary_split_turn_above * run.limit)
-        if run.target < run.total <= max(bar, run.threshold):
+        if not manual and run.target < run.total <= max(bar, run.threshold):
             run.note(
                 TIER,
                 "the retained turns stay whole: nothing before them is left to summarize and "
