@@ -433,7 +433,7 @@ async def responses(proxy: Any, request: web.Request) -> web.StreamResponse:
     fixed, rest = split_instructions(items)
     messages = items_to_messages(rest)
     if not messages:
-        return await proxy._plain(request, body, _NOTHING_TO_KEEP)
+        return await proxy._plain(request, body, _NOTHING_TO_KEEP, kind="no conversation")
     instructions = [body.get("instructions") or "", *(_text(i.get("content")) for i in fixed)]
     try:
         turn = await _placed(
@@ -487,7 +487,7 @@ async def chat_completions(proxy: Any, request: web.Request) -> web.StreamRespon
         n += 1
     fixed, rest = raw[:n], [_chat_system_turn(m) for m in raw[n:]]
     if not rest:
-        return await proxy._plain(request, body, _NOTHING_TO_KEEP)
+        return await proxy._plain(request, body, _NOTHING_TO_KEEP, kind="no conversation")
     stream = body.get("stream") is True
     try:
         turn = await _placed(

@@ -273,7 +273,9 @@ class Proxy:
         matched like any history the client rewrote."""
         body = await _json_body(request)
         log.info("relaying a remote compaction (%s)", _agent(request) or "a client")
-        return await self._plain(request, body, "the client's own remote compaction")
+        return await self._plain(
+            request, body, "the client's own remote compaction", kind="remote compaction"
+        )
 
     async def messages(self, request: web.Request) -> web.StreamResponse:
         body = await _json_body(request)
@@ -444,6 +446,8 @@ class Proxy:
             if box:
                 await self._settle(box[0][0], None)
             if isinstance(exc, CannotFit):
+                # the client gets its API's words (its agent compacts); the log, compactd's
+                log.warning("session %s: refused as too long: %s", sid, exc)
                 raise api.too_long(exc, wire) from None
             raise
         placed, params = box[0]
@@ -924,32 +928,29 @@ class Proxy:
         return Upstream(self.http, method, url, headers, data, lambda: self.answered(base))
 
     async def _plain(
-        self, request: web.Request, body: Any, reason: str, session_id: str | None = None
+        self,
+        request: web.Request,
+        body: Any,
+        reason: str,
+        session_id: str | None = None,
+        *,
+        kind: str = "history not kept",
     ) -> web.StreamResponse:
         """A request the proxy could not manage, sent on unchanged and relayed as it comes (a
         stream through its wire's relay, so a broken one still ends in the wire's error) —
-        that request only (the next one is placed again), said in the log with `reason`,
-        counted on its session (`Engine.record_passthrough`) and in the request log."""
-        sid = session_id
+        that request only (the next one is placed again), said in the log with `reason`, and
+        counted on its session (`Engine.record_passthrough`) and in the request log under
+        `kind` (what `compactd stats` groups them by) whatever the upstream answers: it was
+        relayed unmanaged."""
         log.warning(
             "session %s: %s; this request goes upstream as the client sent it",
-            sid or "(none)",
+            session_id or "(none)",
             reason,
         )
-        if sid is not None and (
-            sid in self.engine.sessions
-            or await self.app.work.run(None, lambda: self.engine.library.exists(sid))
-        ):
-            try:
-                await self.app.run(sid, lambda _s: self.engine.record_passthrough(sid, reason))
-            except CompactdError as exc:
-                log.warning("session %s: the pass-through was not counted: %s", sid, exc)
         openai_path = oai.is_openai_path(request.path)
         base = self.settings.openai_upstream if openai_path else self.settings.anthropic_upstream
-        wire = ("chat" if "chat" in request.path else "responses") if openai_path else "anthropic"
-        model = body.get("model") if isinstance(body, dict) else None
-        self.ledger.passed(sid, _agent(request), wire, model, reason)
         async with self._send("POST", base, request, body, {}) as upstream:
+            await self._count_passthrough(request, body, reason, kind, session_id)
             relay = _stream_relay(request.path)
             streamed = upstream.content_type == "text/event-stream"
             if upstream.status != 200 or not streamed or relay is None:
@@ -968,6 +969,25 @@ class Proxy:
                 self.settings.upstream_idle_seconds,
             )
             return await client.end()
+
+    async def _count_passthrough(
+        self, request: web.Request, body: Any, reason: str, kind: str, sid: str | None
+    ) -> None:
+        """A request sent unmanaged: on its session (with why) and in the request log."""
+        if sid is not None and (
+            sid in self.engine.sessions
+            or await self.app.work.run(None, lambda: self.engine.library.exists(sid))
+        ):
+            try:
+                await self.app.run(sid, lambda _s: self.engine.record_passthrough(sid, reason))
+            except CompactdError as exc:
+                log.warning("session %s: the pass-through was not counted: %s", sid, exc)
+        path = request.path
+        wire = "anthropic"
+        if oai.is_openai_path(path):
+            wire = "chat" if "chat" in path else "responses"
+        model = body.get("model") if isinstance(body, dict) else None
+        self.ledger.passed(sid, _agent(request), wire, model, kind)
 
 
 async def _no_follow_up(body: dict[str, Any], _calls: list[dict[str, Any]]) -> dict[str, Any]:

@@ -548,7 +548,8 @@ def choose_range(run: Run, *, take_latest: bool = False) -> Range | None:
     the headroom target. A cut in an active turn that leaves no complete exchange behind it to
     keep may aim at the target. `take_latest`: a range that takes the latest complete turn may
     be chosen whatever the bar says (what a cached fork's economy weighs: `summary_range`).
-    With nothing to summarize, short history is left alone."""
+    With nothing to summarize, short history is left alone (`/compact` then takes the spec's
+    checkpoint: `_checkpoint`)."""
     policy, proj, graph, path = run.policy, run.rendered.projection, run.graph, run.path
     after = Predicted.of(run)
 
@@ -561,17 +562,37 @@ def choose_range(run: Run, *, take_latest: bool = False) -> Range | None:
         # taking the latest complete turn only when no whole-turn range gets it under the bar
         bar = max(run.target, min(run.threshold, int(policy.summary_split_turn_above * run.limit)))
         cannot_fit = min(run.total, after(best)) > bar
-        best = _inside_a_turn(run, after, may_take_latest=cannot_fit or take_latest) or best
+        may_take_latest = cannot_fit or take_latest
+        best = (
+            _inside_a_turn(run, after, may_take_latest=may_take_latest, target=run.target) or best
+        )
     if best is None or not (best.new_turns or best.partial is not None):
         return None
     return best
 
 
-def _inside_a_turn(run: Run, after: Predicted, *, may_take_latest: bool) -> Range | None:
-    """The shortest in-turn range that reaches the target, cutting in the latest complete
+def _checkpoint(run: Run, after: Predicted) -> Range | None:
+    """`/compact`'s range when no whole turn before the retained ones is left to summarize —
+    one long agentic turn, or every earlier turn summarized already (`/compact` asks for a
+    summary now, whatever the target): the longest in-turn range (the spec's checkpoint: an
+    older complete execution prefix, every user request kept verbatim in the marker) — when it
+    frees at least what the summary itself may cost. A range that costs less than twice its
+    marker is short history (the spec's "below the retention budget": two short turns, a turn
+    of two steps), and the provider is not called for it."""
+    rng = _inside_a_turn(run, after, may_take_latest=True, target=None)
+    if rng is None or run.total - after(rng) < summary_budget(run):
+        return None
+    return rng
+
+
+def _inside_a_turn(
+    run: Run, after: Predicted, *, may_take_latest: bool, target: int | None
+) -> Range | None:
+    """The shortest in-turn range that reaches `target`, cutting in the latest complete
     turn first (the active turn stays whole), then in the active turn; if none reaches it,
-    the longest one there is. Without `may_take_latest`, no range that takes the latest
-    complete turn (the active one itself, once complete) that is still shown."""
+    the longest one there is (always, with `target` None). Without `may_take_latest`, no
+    range that takes the latest complete turn (the active one itself, once complete) that is
+    still shown."""
     graph, path, proj = run.graph, run.path, run.rendered.projection
     turns = turns_of(path)
     if not turns:
@@ -599,7 +620,7 @@ def _inside_a_turn(run: Run, after: Predicted, *, may_take_latest: bool) -> Rang
         for cut in cut_points(graph, path, turn, done):
             rng = in_turn_range(graph, path, proj, turns, turn, cut)
             longest = rng
-            if after(rng) <= run.target:
+            if target is not None and after(rng) <= target:
                 return rng
     return longest
 
@@ -717,9 +738,11 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
         return
     proj = run.rendered.projection
     rng = summary_range(run)  # /compact's the same: a prepared checkpoint is for either
+    if rng is None and manual:  # no whole turn to take: the spec's in-turn checkpoint
+        rng = _checkpoint(run, Predicted.of(run))
     if rng is None:
         bar = int(policy.summary_split_turn_above * run.limit)
-        if run.target < run.total <= max(bar, run.threshold):
+        if not manual and run.target < run.total <= max(bar, run.threshold):
             run.note(
                 TIER,
                 "the retained turns stay whole: nothing before them is left to summarize and "
@@ -793,11 +816,13 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
                 details={"results": [src.tool_use_id for src, _ in checkpoint.evidence]},
             ),
         )
+    kept = _kept(run, rng, len(inp.user_requests))
     summary_event = TierEvent(
         TIER,
         ("/compact" if manual else "over threshold after the cheaper tiers")
-        + f": summarized {_what(run, rng)}",
+        + f": summarized {_what(run, rng)}; kept {kept}",
         details={
+            "kept": kept,
             "coveredTurns": len(rng.turns),
             **_partial_details(run, rng),
             "provider": run.provider,
@@ -872,6 +897,30 @@ def _what(run: Run, rng: Range) -> str:
     asked = user_request_texts(run.graph, path, rng.partial)
     quoted = f" ({_quote(asked[0])})" if asked else ""
     return f"{whole} and the first {steps} step(s) of {which}{quoted}"
+
+
+def _kept(run: Run, rng: Range, requests: int) -> str:
+    """What a summary of `rng` leaves as it was, in words: the turns after it, or the steps
+    of the turn it cuts in — and the user requests its marker quotes verbatim."""
+    turns = turns_of(run.path)
+    quoted = f"; the range's {requests} user request(s) verbatim in the marker" if requests else ""
+    if rng.partial is None or rng.through is None:
+        after = len(turns) - len(rng.turns)
+        return f"the latest {after} turn(s) whole{quoted}, and its last assistant message"
+    path, graph = run.path, run.graph
+    steps = sum(
+        1
+        for i in range(rng.through + 1, rng.partial.end)
+        if graph.nodes[path.line.ids[i]].kind == "assistant"
+    )
+    which = (
+        "the latest complete turn"
+        if is_complete(graph, path, rng.partial)
+        else "the turn in progress"
+    )
+    later = len(turns) - rng.partial.index - 1
+    rest = f", and the {later} turn(s) after it whole" if later else ""
+    return f"the request of {which} and its newest {steps} step(s){rest}{quoted}"
 
 
 def _quote(text: str, limit: int = 80) -> str:

@@ -69,6 +69,12 @@ def snapshot(data: Path) -> dict[str, bytes]:
     }
 
 
+def sessions_only(files: dict[str, bytes]) -> dict[str, bytes]:
+    """A `snapshot` without the request log: a request sent on as the client wrote it is
+    counted there (it was relayed unmanaged) whatever the upstream made of it."""
+    return {name: data for name, data in files.items() if not name.startswith("requests/")}
+
+
 def usage_recorded(data: Path, session_id: str, count: int, timeout: float = 60.0) -> None:
     """Wait until the session holds `count` usage records: a streamed answer's usage is kept
     once the stream has ended, which the client may see first."""
@@ -82,6 +88,25 @@ def usage_recorded(data: Path, session_id: str, count: int, timeout: float = 60.
         if found >= count:
             return
         assert time.monotonic() < deadline, f"{session_id}: {found} of {count} usage records"
+        time.sleep(0.05)
+
+
+def requests_logged(data: Path, session_id: str, count: int, timeout: float = 60.0) -> None:
+    """Wait until the request log holds `count` rows of the session's requests: the proxy
+    writes them in the background, after the client has its answer."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = [
+            orjson.loads(line)
+            for path in sorted((data / "requests").glob("*.jsonl"))
+            for line in path.read_bytes().splitlines()
+        ]
+        found = sum(1 for r in rows if r.get("sessionId") == session_id)
+        if found >= count:
+            return
+        assert time.monotonic() < deadline, f"{session_id}: {found} of {count} request rows"
         time.sleep(0.05)
 
 

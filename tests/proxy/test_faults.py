@@ -10,6 +10,7 @@ logs no traceback."""
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -222,15 +223,20 @@ def test_a_chat_stream_broken_mid_call_makes_the_sdk_raise(
             "at": HALF_A_CALL,
         }
     )
-    chunks = openai_client(proxy).chat.completions.create(
-        model="gpt-4o",
-        messages=[{"role": "user", "content": f"clean the build (chat {fault})"}],
-        tools=[SHELL],
-        stream=True,
-        user=f"chat-broken-{fault}",
-    )
-    with pytest.raises(openai.APIError) as raised:
-        list(chunks)
+    fakes[1].fault_gate = gate = threading.Event()  # the break comes once the client has a part
+    try:
+        chunks = openai_client(proxy).chat.completions.create(
+            model="gpt-4o",
+            messages=[{"role": "user", "content": f"clean the build (chat {fault})"}],
+            tools=[SHELL],
+            stream=True,
+            user=f"chat-broken-{fault}",
+        )
+        with pytest.raises(openai.APIError) as raised:
+            for _chunk in chunks:
+                gate.set()
+    finally:
+        fakes[1].fault_gate = None
     assert not isinstance(raised.value, openai.APIConnectionError)  # the API's error, in shape
     assert usage_records(proxy, f"chat-broken-{fault}") == 0
 
@@ -250,8 +256,11 @@ def test_a_whole_chat_answer_broken_on_its_way_is_a_502(
 # ---- Responses -------------------------------------------------------------------------
 
 
-def stream_events(proxy: ProxyProcess, body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The Responses events a client reads, as the wire carries them."""
+def stream_events(
+    proxy: ProxyProcess, body: dict[str, Any], gate: threading.Event | None = None
+) -> list[dict[str, Any]]:
+    """The Responses events a client reads, as the wire carries them (`gate` set once the
+    first of them is in)."""
     with httpx2.stream(
         "POST",
         f"{proxy.base_url}/v1/responses",
@@ -260,7 +269,11 @@ def stream_events(proxy: ProxyProcess, body: dict[str, Any]) -> list[dict[str, A
         timeout=60,
     ) as response:
         assert response.status_code == 200
-        raw = b"".join(response.iter_bytes())
+        raw = b""
+        for part in response.iter_bytes():
+            raw += part
+            if gate is not None:
+                gate.set()
     return [
         orjson.loads(line[6:])
         for line in raw.splitlines()
@@ -277,9 +290,15 @@ def test_a_responses_stream_broken_mid_answer_ends_in_response_failed(
     fake = fakes[1]
     key = f"responses-broken-{fault}"
     fake.queue.append({"kind": "text", "text": "Half of this arrives.", "fault": fault, "at": 4})
-    events = stream_events(
-        proxy, {"model": "gpt-5-codex", "input": "clean the build", "prompt_cache_key": key}
-    )
+    fake.fault_gate = gate = threading.Event()  # the break comes once the client has a part
+    try:
+        events = stream_events(
+            proxy,
+            {"model": "gpt-5-codex", "input": "clean the build", "prompt_cache_key": key},
+            gate,
+        )
+    finally:
+        fake.fault_gate = None
     last = events[-1]
     assert last["type"] == "response.failed", [e["type"] for e in events]
     assert last["response"]["status"] == "failed"
@@ -290,13 +309,19 @@ def test_a_responses_stream_broken_mid_answer_ends_in_response_failed(
     assert usage_records(proxy, key) == 0
 
     fake.queue.append({"kind": "text", "text": "Once more.", "fault": fault, "at": 4})
-    with (
-        pytest.raises(RuntimeError, match=re.escape("response.completed")),
-        openai_client(proxy).responses.stream(
-            model="gpt-5-codex", input="clean the build", prompt_cache_key=key
-        ) as stream,
-    ):
-        stream.get_final_response()
+    fake.fault_gate = gate = threading.Event()
+    try:
+        with (
+            pytest.raises(RuntimeError, match=re.escape("response.completed")),
+            openai_client(proxy).responses.stream(
+                model="gpt-5-codex", input="clean the build", prompt_cache_key=key
+            ) as stream,
+        ):
+            for _event in stream:
+                gate.set()
+            stream.get_final_response()
+    finally:
+        fake.fault_gate = None
 
 
 @pytest.mark.parametrize("stream", [True, False])

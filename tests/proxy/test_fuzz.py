@@ -16,7 +16,7 @@ from tests.support.fake_anthropic import FakeAnthropic, Reply
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.proxy import ProxyProcess
 
-from .conftest import snapshot
+from .conftest import sessions_only, snapshot
 
 KEY = "sk-ant-fuzz-0123456789-secret"
 PATHS = ["/v1/messages", "/v1/messages?beta=true", "/v1/responses", "/v1/chat/completions"]
@@ -84,6 +84,7 @@ def _valid(body: Any, path: str) -> bool:
     """Whether a fuzzed body happens to be a request the proxy would take (then skipped)."""
     from compactd.context.decompose import from_anthropic, from_openai
     from compactd.proxy.anthropic import ApiError, read_messages_request
+    from compactd.proxy.openai import _chat_system_turn
 
     try:
         if path.startswith("/v1/messages"):
@@ -102,7 +103,16 @@ def _valid(body: Any, path: str) -> bool:
                 )
             ):
                 return True  # nothing to keep: sent on as the client wrote it
-            return bool(from_openai(messages))
+            # past the leading ones, a system or developer message is a turn of the
+            # conversation, as the proxy places it (`_chat_system_turn`)
+            start = 0
+            while (
+                start < len(messages)
+                and isinstance(messages[start], dict)
+                and messages[start].get("role") in ("system", "developer")
+            ):
+                start += 1
+            return bool(from_openai([_chat_system_turn(m) for m in messages[start:]]))
         return (
             isinstance(body, dict)
             and isinstance(body.get("model"), str)
@@ -133,7 +143,7 @@ def test_fuzzed_requests_are_refused_in_the_api_s_shape_and_write_nothing(
     parsed = None if isinstance(body, bytes) else body
     if parsed is not None and _valid(parsed, path):
         return  # a request the API would take is not the fuzz's concern
-    before = snapshot(proxy.data_dir)
+    before = sessions_only(snapshot(proxy.data_dir))
     response = httpx2.post(
         f"{proxy.base_url}{path}",
         content=raw,
@@ -149,7 +159,7 @@ def test_fuzzed_requests_are_refused_in_the_api_s_shape_and_write_nothing(
     sent_on = bool(upstream) and _body_of(upstream[-1]) == parsed
     if not (sent_on and response.status_code == 200):  # else the upstream's own answer
         _refused(response, path)
-    assert snapshot(proxy.data_dir) == before
+    assert sessions_only(snapshot(proxy.data_dir)) == before
 
 
 def _body_of(record: Any) -> Any:

@@ -34,7 +34,7 @@ from tests.support.wires import (
     upstream_bodies,
 )
 
-from .conftest import events_of, proxied, snapshot, usage_recorded
+from .conftest import events_of, proxied, requests_logged, snapshot, usage_recorded
 
 all_wires = pytest.mark.parametrize(
     "wire", [Wire(name, stream) for name in WIRES for stream in (False, True)], ids=str
@@ -96,6 +96,7 @@ def test_a_running_turn_is_shortened_then_refused_in_the_api_s_words(
         assert all(RESULT[:400] in text for text in shown[-3:]), "newest step whole"
         assert not any(RESULT[:400] in text for text in shown[:3]), "oldest step kept"
         usage_recorded(tmp_path / "data", session, 4 if wire.reports_usage else 0)
+        requests_logged(tmp_path / "data", session, 4)
         before = snapshot(tmp_path / "data")
         history += _step(4, calls=10)  # a newest step over the window by itself
         refused = wire.send(capped.base_url, history, session)

@@ -47,7 +47,8 @@ def test_a_summary_refusal_that_echoes_the_key_is_scrubbed(
 ) -> None:
     """A Responses session over a 20K window, the oldest turns not to be snipped: compactd's
     summaries go to the client's own upstream with the client's key, which refuses them and
-    quotes the key. The proxy's 400 (nothing fits) names the failure, not the key."""
+    quotes the key. Nothing fits, so the client gets its API's own context-length refusal (its
+    agent then compacts); the proxy's log names the summary's refusal, never the key."""
     _messages, responses = fakes
     default, responses.default = (
         responses.default,
@@ -75,8 +76,10 @@ def test_a_summary_refusal_that_echoes_the_key_is_scrubbed(
     responses.default = default
     summaries = [r for r in responses.records if r["body"].get("store") is False]
     assert summaries and all(r["status"] == 401 for r in summaries)  # they were made, refused
-    assert answer.status_code == 400 and "summary" in answer.text, answer.text
-    assert "***" in answer.text  # the refusal is named, its key is not
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["code"] == "context_length_exceeded", answer.text
+    said = [line for line in proxy.log.splitlines() if "Incorrect API key provided" in line]
+    assert said and all("***" in line for line in said), proxy.log  # named, its key is not
     nowhere(KEY, proxy, answer.text)
 
 

@@ -238,6 +238,10 @@ class FakeOpenAI:
         self.silences = faults.Silences()
         self.stopping = threading.Event()
         self.linger = 0.0  # seconds a Responses stream stays open after its last event
+        # set by a test that must see a stream break after its client has its first events:
+        # the fault waits for it (a reset noticed before the proxy read what came before it
+        # would be a failure before the first byte instead)
+        self.fault_gate: threading.Event | None = None
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -456,6 +460,8 @@ class FakeOpenAI:
         at = min(fault[1], len(events)) if fault is not None else None
         for position, event in enumerate([*events, None]):
             if position == at and fault is not None:
+                if self.fault_gate is not None:
+                    self.fault_gate.wait(120)  # a hang detector, not a time to wait
                 if fault[0] == "malformed":
                     chunk(faults.MALFORMED)
                 elif fault[0] == "end":
