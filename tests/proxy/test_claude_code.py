@@ -103,8 +103,10 @@ def tally(
         "too_long": sum(r["status"] == 400 and count(r["body"]) > WINDOW for r in messages),
         "largest": max(count(r["body"]) for r in messages),
         "input_tokens": sum(count(r["body"]) for r in answered),
-        "managed": sum(  # requests that carry compactd's tool: rendered by the proxy
-            RECALL in json.dumps(r["body"].get("tools") or []) for r in messages
+        "managed": sum(  # Claude Code's requests that carry compactd's tool: rendered by
+            # the proxy (a summary forked from one carries it too, and is compactd's own call)
+            RECALL in json.dumps(r["body"].get("tools") or []) and from_claude(r)
+            for r in messages
         ),
         "agent_summaries": sum(is_agent_summary(r["body"]) for r in messages),
         "agent_steps": sum(offers_bash(r["body"]) and from_claude(r) for r in answered),
