@@ -30,7 +30,7 @@ import orjson
 from aiohttp import web
 from yarl import URL
 
-from ..context.budget import make_budget, model_spec
+from ..context.budget import make_budget, model_spec, reported_prompt_tokens
 from ..context.decompose import Spec, from_anthropic
 from ..context.engine import RenderParams
 from ..context.errors import CannotFit, CompactdError, InvalidContent, StoreFailure
@@ -696,7 +696,7 @@ class Proxy:
                     sent=rendered.sent_estimate,
                     applied_edits=applied_edits or None,
                     durable=False,
-                    request=self.ledger.panel(rendered),
+                    request=self.ledger.panel(rendered, reported_prompt_tokens(clean)),
                 )
             if params is None:
                 return None
