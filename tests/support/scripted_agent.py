@@ -23,6 +23,7 @@ STEP_ID = re.compile(r"^toolu_(?P<run>[0-9a-f]{8})_(?P<step>\d{4})$")
 AGENT_SUMMARY_MARKERS = (
     "create a detailed summary of the conversation",  # Claude Code's compaction prompt
     "CONTEXT CHECKPOINT COMPACTION",  # Codex's
+    "generate the updated <state_snapshot>",  # Gemini CLI's
 )
 PROGRESS = re.compile(r"\[progress run=(?P<run>[0-9a-f]{8}) step=(?P<step>\d{4})\]")
 """What the scripted model writes into a summary, so that after an agent compacts its own
