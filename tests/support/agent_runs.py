@@ -16,14 +16,16 @@ def both_ways(
     base: Path,
     fake: Any,
     proxy: Callable[[Path, str], ProxyProcess],
-    agent: Agent,
+    agent: Agent | dict[str, Agent],
     resume: Callable[[dict[str, Any]], Sequence[str]],
     tally: Callable[[list[dict[str, Any]]], dict[str, Any]],
     name: str,
 ) -> dict[str, Any]:
     """Per way ("direct", "proxy"): the first run and its resumption, with what the upstream
     saw of each (`tally`), and the proxy's log, exit code and data dir. `proxy(data_dir,
-    upstream_url)` makes the proxy; `resume(first)` the arguments that resume the first run."""
+    upstream_url)` makes the proxy; `resume(first)` the arguments that resume the first run.
+    `agent` may differ per way (`{"direct": …, "proxy": …}`): straight, an agent is told the
+    upstream's window and manages it itself; through the proxy, compactd holds it."""
     out: dict[str, Any] = {}
     for way in ("direct", "proxy"):
         home, work = base / way / "home", base / way / "work"
@@ -31,12 +33,13 @@ def both_ways(
         work.mkdir(parents=True)
         front = proxy(base / "data", fake.base_url) if way == "proxy" else None
         url = front.start().base_url if front is not None else fake.base_url
+        run = agent[way] if isinstance(agent, dict) else agent
         try:
             fake.reset()
-            first = agent(url, home, work, "list the outputs")
+            first = run(url, home, work, "list the outputs")
             first_seen = tally(fake.requests())
             fake.reset()
-            resumed = agent(url, home, work, *resume(first), "list them again")
+            resumed = run(url, home, work, *resume(first), "list them again")
             resumed_seen = tally(fake.requests())
         finally:
             if front is not None:

@@ -24,6 +24,7 @@ AGENT_SUMMARY_MARKERS = (
     "create a detailed summary of the conversation",  # Claude Code's compaction prompt
     "CONTEXT CHECKPOINT COMPACTION",  # Codex's
     "generate the updated <state_snapshot>",  # Gemini CLI's
+    "produce the <state_snapshot> XML",  # Qwen Code's
 )
 PROGRESS = re.compile(r"\[progress run=(?P<run>[0-9a-f]{8}) step=(?P<step>\d{4})\]")
 """What the scripted model writes into a summary, so that after an agent compacts its own
