@@ -23,10 +23,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.agent_runs import both_ways
-from tests.support.fake_openai import FakeOpenAIProcess, chat_prompt
+from tests.support.agent_runs import both_ways, chat_tally
+from tests.support.fake_openai import FakeOpenAIProcess
 from tests.support.proxy import ProxyProcess
-from tests.support.scripted_agent import AGENT_SUMMARY_MARKERS
 
 pytestmark = pytest.mark.slow
 
@@ -37,8 +36,6 @@ STEPS = 64
 LINES = 300
 MODEL = "gpt-4.1"
 API_KEY = "sk-proj-test-qwen-0123456789abcdef-secret"
-OWN_CLEARING = "[Old tool result content cleared]"
-"""What Qwen Code writes in place of an old tool result it cleared itself."""
 
 
 def settings(*, told_window: bool) -> dict[str, Any]:
@@ -102,34 +99,6 @@ def qwen(told_window: bool) -> Any:
     return run
 
 
-def _text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    return " ".join(
-        str(p.get("text", "")) for p in content or [] if isinstance(p, dict) and "text" in p
-    )
-
-
-def tally(requests: list[dict[str, Any]]) -> dict[str, Any]:
-    calls = [r for r in requests if r["path"] == "/v1/chat/completions"]
-    answered = [r for r in calls if r["status"] == 200]
-    summaries = 0
-    clears = 0
-    for r in calls:
-        messages = r["body"].get("messages") or []
-        last = _text(messages[-1]) if messages else ""
-        summaries += any(m in last for m in AGENT_SUMMARY_MARKERS)
-        clears += any(OWN_CLEARING in _text(m) for m in messages if m.get("role") == "tool")
-    return {
-        "requests": len(calls),
-        "rejected": [r["status"] for r in calls if r["status"] != 200],
-        "largest": max(chat_prompt(r["body"]) for r in calls),
-        "input_tokens": sum(chat_prompt(r["body"]) for r in answered),
-        "agent_compactions": summaries + clears,
-    }
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if not QWEN.exists():
@@ -143,7 +112,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             lambda data, url: ProxyProcess(data, openai=url, window=WINDOW),
             {"direct": qwen(told_window=True), "proxy": qwen(told_window=False)},
             lambda first: ("--resume", first["session"]),
-            tally,
+            chat_tally,
             QWEN.name,
         )
 

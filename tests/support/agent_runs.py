@@ -59,3 +59,41 @@ def both_ways(
             keys = ("requests", "rejected", "largest", "input_tokens")
             print(f"{name} {way} {run}:", {k: seen[k] for k in keys if k in seen})
     return out
+
+
+def _chat_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return " ".join(
+        str(p.get("text", "")) for p in content or [] if isinstance(p, dict) and "text" in p
+    )
+
+
+def chat_tally(requests: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a Chat Completions upstream saw: requests, refusals, the largest prompt and the
+    prompts of the answered ones in its count, and the agent's own compactions (a request for
+    its summary, or one that carries results it cleared itself)."""
+    from tests.support.fake_openai import chat_prompt
+    from tests.support.scripted_agent import AGENT_CLEARING_MARKERS, AGENT_SUMMARY_MARKERS
+
+    calls = [r for r in requests if r["path"] == "/v1/chat/completions"]
+    answered = [r for r in calls if r["status"] == 200]
+    own = 0
+    for r in calls:
+        messages = r["body"].get("messages") or []
+        last = _chat_text(messages[-1]) if messages else ""
+        cleared = any(
+            marker in _chat_text(m)
+            for m in messages
+            if m.get("role") == "tool"
+            for marker in AGENT_CLEARING_MARKERS
+        )
+        own += any(m in last for m in AGENT_SUMMARY_MARKERS) or cleared
+    return {
+        "requests": len(calls),
+        "rejected": [r["status"] for r in calls if r["status"] != 200],
+        "largest": max(chat_prompt(r["body"]) for r in calls),
+        "input_tokens": sum(chat_prompt(r["body"]) for r in answered),
+        "agent_compactions": own,
+    }

@@ -35,6 +35,7 @@ from typing import Any
 
 from .scripted_agent import (
     AGENT_SUMMARY_MARKERS,
+    PROGRESS,
     progress_of,
     progress_tag,
     resume_point,
@@ -210,6 +211,13 @@ def agent_output(body: dict[str, Any], steps: int, lines: int) -> list[dict[str,
         return [_message("Scripted answer.")]
     last = items[-1] if items else {}
     prompt = " ".join(_item_texts([last]))
+    if _answered(last) is None:  # after the agent's own summary, a "continue" carries on
+        tagged = [
+            i for i, item in enumerate(items) if PROGRESS.search(" ".join(_item_texts([item])))
+        ]
+        results = [i for i, item in enumerate(items) if _answered(item) is not None]
+        if tagged and (not results or tagged[-1] > results[-1]):
+            prompt = " ".join(_item_texts([items[tagged[-1]]]))
     run, step = resume_point(_answered(last), prompt, steps)
     reasoning = {
         "type": "reasoning",
