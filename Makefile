@@ -5,12 +5,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUN_DATA := .run/data
 
-.PHONY: install run test lint bench clean node-test agents
+.PHONY: install run test lint bench clean node-test agents browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,plot,postgres]'
+	$(BIN)/python -m pip install -q -e '.[test,plot,postgres,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -29,11 +29,20 @@ $(AGENTS): tests/agents/package.json tests/agents/package-lock.json
 
 agents: $(AGENTS)
 
-## make test — lint, every Python test, the daemon's end-to-end tests once more on PostgreSQL
+## headless Chromium from the OS packages, for the page's test in a real browser: installed with
+## apt-get where it is absent and apt-get can (as root); otherwise said, and that test fails
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	{ command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	echo "make: chromium is missing and apt-get cannot install it here: the page's browser test will fail"
+
+## make test — lint, the docs site (a broken link fails), every Python test, the daemon's end-to-end tests once more on PostgreSQL
 ## (a throwaway cluster; files-only tests skip), and the Node client's tests
-test: $(STAMP) $(AGENTS)
+test: $(STAMP) $(AGENTS) browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mkdocs build --strict --site-dir .site
 	$(BIN)/python -m pytest -q
 	COMPACTD_TEST_STORE=postgres $(BIN)/python -m pytest -q tests/daemon
 	@if [ -d clients/node ]; then $(MAKE) --no-print-directory node-test; fi

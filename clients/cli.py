@@ -30,8 +30,15 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..protocol.convert import structure, unstructure
-from ..protocol.types import CompactionEvent, ImportResult, RenderResult
+from ..protocol.types import (
+    CompactionEvent,
+    ImportResult,
+    ProxiedSession,
+    RenderResult,
+    SentRequest,
+)
 from .client import AnsweredDespiteCancel, CompactdClient, RpcError
+from .launch import split_arguments
 from .panel import build_panel
 
 Command = Callable[[argparse.Namespace, CompactdClient], Awaitable[int]]
@@ -183,18 +190,61 @@ async def cmd_sessions(ns: argparse.Namespace, client: CompactdClient) -> int:
     if not result.sessions:
         _err(ns).print("no sessions yet: `compactd import TRANSCRIPT` makes one")
         return EXIT_OK
-    table = Table("session", "source", "title", "turns", "tokens", "modified", box=None)
+    proxied = any(info.proxied for info in result.sessions)
+    columns = ["session", "source", "title", "turns", "tokens", "modified"]
+    if proxied:  # what the proxy did: whose session, still managed or not, what it saved
+        columns[2:2] = ["agent", "state", "saved"]
+    table = Table(*columns, box=None)
     for info in result.sessions:
         title = info.title or ""
-        table.add_row(
+        row = [
             info.session_id,
             info.source or "live",
             escape(title if len(title) <= 48 else title[:47] + "…"),
             str(info.turns),
             f"{info.tokens:,}",
             dt.datetime.fromtimestamp(info.modified).strftime("%Y-%m-%d %H:%M"),
-        )
+        ]
+        if proxied:
+            row[2:2] = _proxied_cells(info.proxied)
+        table.add_row(*row)
     Console(force_terminal=ns.color, width=max(140, Console().width)).print(table)
+    return EXIT_OK
+
+
+def _proxied_cells(proxied: ProxiedSession | None) -> list[str]:
+    """Agent, state and saving of a session the proxy relayed (blank for any other)."""
+    if proxied is None:
+        return ["", "", ""]
+    saved = f"{proxied.saved_input_tokens:,} tokens"
+    if proxied.saved_usd is not None:
+        saved += f" (${proxied.saved_usd:,.2f})"
+    return [escape(proxied.agent or ""), proxied.state, saved]
+
+
+def _sent_panel(ns: argparse.Namespace, sent: SentRequest) -> int:
+    """A proxied session's last request as the proxy sent it: its model, window, system
+    prompt and tools, and the provider's count beside compactd's estimate."""
+    data = unstructure(sent)
+    if ns.json:
+        _print_json({"source": "proxy", **data})
+        return EXIT_OK
+    console = Console(force_terminal=ns.color)
+    when = dt.datetime.fromtimestamp(sent.at).strftime("%Y-%m-%d %H:%M:%S")
+    title = f"Context of {ns.session}: the last request the proxy sent ({when}, {sent.model})"
+    console.print(build_panel(data, title=title))
+    if sent.reported is not None:
+        off = (sent.total - sent.reported) / sent.reported if sent.reported else 0.0
+        console.print(
+            f"The provider counted {sent.reported:,} tokens; compactd estimated {sent.total:,} "
+            f"({off:+.1%}).",
+            highlight=False,
+        )
+    console.print(
+        "[dim]`--window N` (or `--model M`) measures the session now, without the client's "
+        "system prompt and tools.[/dim]",
+        highlight=False,
+    )
     return EXIT_OK
 
 
@@ -213,6 +263,8 @@ async def cmd_context(ns: argparse.Namespace, client: CompactdClient) -> int:
         console.print(build_panel(unstructure(result.tokens), title=title))
         return EXIT_OK
     measure = await client.measure(ns.session, branch=ns.branch, **_budget(ns))
+    if measure.sent is not None and not _budget(ns) and ns.branch is None:
+        return _sent_panel(ns, measure.sent)
     _warn(ns, in_cli_words(measure.warnings), always=True)
     data = unstructure(measure)
     if ns.json:
@@ -373,6 +425,7 @@ COMMANDS: dict[str, Command] = {
     "replay": cmd_replay,
 }
 SESSION_COMMANDS = ("context", "render", "snip", "compact")
+LAUNCHERS = ("claude", "codex")
 
 
 # ---- the command line -------------------------------------------------------------------------
@@ -553,9 +606,46 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
         help="cap every request's context window at this many tokens (default: the model's)",
     )
     parser.add_argument(
+        "--context-editing",
+        choices=("auto", "server", "client"),
+        default="auto",
+        help="where old tool results are cleared on the Messages API: server (a context edit "
+        "the upstream applies before the prompt reaches the model), client (in the body as "
+        "sent: for an upstream that counts the body or drops the edits); auto (default): "
+        "server for api.anthropic.com, client for any other upstream",
+    )
+    parser.add_argument(
         "--no-recall",
         action="store_true",
         help="do not offer the model compactd_recall (the proxy answers it by default)",
+    )
+    parser.add_argument(
+        "--print-service",
+        action="store_true",
+        help="print a systemd user unit that keeps this proxy running (with these options) "
+        "and how to install it, then exit",
+    )
+    parser.add_argument(
+        "--no-stats",
+        action="store_true",
+        help="record nothing of the requests in the request log (`compactd stats` then has "
+        "nothing new to show)",
+    )
+    parser.add_argument(
+        "--upstream-idle-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="give up an upstream answer that falls silent this long once begun (a stream's "
+        "events, a whole answer's body); the client gets the API's error (default 300)",
+    )
+    parser.add_argument(
+        "--client-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="close a connection whose request headers, or refuse a request whose body, "
+        "have not arrived in this long (default 120)",
     )
 
 
@@ -599,6 +689,17 @@ def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPars
     p.add_argument(
         "--new", action="store_true", help="import again even if this file was imported before"
     )
+    out["stats"] = p = add(
+        "stats",
+        "what the proxy did and saved: per session and per day, from the request log",
+    )
+    p.add_argument(
+        "--since",
+        metavar="DATE",
+        help="from this day on (2026-12-01, 2026-12-01T09:30, or 7d for the last seven days)",
+    )
+    p.add_argument("--session", metavar="S", help="one session (its id or a prefix of it)")
+    p.add_argument("--json", action="store_true", help='{"sessions", "days", "totals"} as JSON')
     out["sessions"] = p = add("sessions", "list sessions, newest first")
     p.add_argument("--json", action="store_true", help="print the daemon's answer as JSON")
     out["context"] = p = add("context", "the context panel of a session")
@@ -629,6 +730,17 @@ def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPars
         dest="then_window",
         help="then run the cascade as for a model with this window (0: don't)",
     )
+    from .launch import add_arguments as add_launch_arguments
+
+    for name, who in (("claude", "Claude Code"), ("codex", "Codex")):
+        out[name] = p = add(
+            name,
+            f"run {who} through compactd: a proxy on a free loopback port (or the one already "
+            f"running on this data dir), {who} pointed at it, stopped with it. compactd's own "
+            f"options come first; everything from the first other argument on is {who}'s "
+            f"(`--` ends compactd's early): compactd {name} --window 64000 [{name} args…]",
+        )
+        add_launch_arguments(p)
     from .replay import add_arguments as add_replay_arguments
 
     out["replay"] = p = add(
@@ -688,7 +800,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     before = top.parse_args(args[:at])
     for key in GLOBAL_DEFAULTS:
         setattr(ns, key, getattr(before, key))
-    after = commands[args[at]].parse_intermixed_args(args[at + 1 :])
+    if args[at] in LAUNCHERS:  # compactd's options, then the agent's arguments untouched
+        ours, agent_args = split_arguments(args[at + 1 :], VALUE_OPTIONS)
+        after = commands[args[at]].parse_args(ours)
+        after.agent_args = agent_args
+    else:
+        after = commands[args[at]].parse_intermixed_args(args[at + 1 :])
     for key, value in vars(after).items():
         if key == "set":
             ns.set = [*ns.set, *value]
@@ -847,5 +964,9 @@ def run(ns: argparse.Namespace) -> int:
         return EXIT_OK
     if ns.data_dir is None and os.environ.get("COMPACTD_DATA_DIR"):
         ns.data_dir = os.environ["COMPACTD_DATA_DIR"]
+    if ns.command in LAUNCHERS:  # no daemon: a proxy and the agent
+        from .launch import run as launch
+
+        return launch(ns)
     with _interruptible():
         return asyncio.run(_run_client(ns))

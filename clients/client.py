@@ -522,22 +522,31 @@ class CompactdClient:
         start_line: int | None = None,
         end_line: int | None = None,
         branch: str | None = None,
+        search: str | None = None,
+        regex: bool | None = None,
+        context: int | None = None,
     ) -> t.RecallResult:
-        return await self.call(
-            m.CONTEXT_RECALL,
-            t.RecallParams(session_id, handle, start_line, end_line, branch),
-            t.RecallResult,
-        )
+        """A page of what `handle` stands for — or, with `search`, the lines of it that
+        match (plain text; `regex`: an RE2 regular expression), `context` lines around each."""
+        params = wire_params(t.RecallParams, locals())
+        return await self.call(m.CONTEXT_RECALL, params, t.RecallResult)
 
     async def answer_recall(self, session_id: str, tool_use: dict[str, Any]) -> dict[str, Any]:
         """The `tool_result` block answering the model's `compactd_recall` call: the recalled
-        lines, with a note on how to continue when the page was cut. A bad handle or line is
-        the model's mistake, so it comes back as an error result the model can read."""
+        lines or a search's matches, with a note on how to continue when they were cut. A bad
+        handle, line or search is the model's mistake, so it comes back as an error result
+        the model can read."""
         tool_use = plain(tool_use)
         inp = tool_use.get("input") or {}
         try:
             got = await self.recall(
-                session_id, str(inp.get("handle", "")), inp.get("startLine"), inp.get("endLine")
+                session_id,
+                str(inp.get("handle", "")),
+                inp.get("startLine"),
+                inp.get("endLine"),
+                search=inp.get("search"),
+                regex=inp.get("regex"),
+                context=inp.get("context"),
             )
         except RpcError as err:
             return {
@@ -673,5 +682,7 @@ def tool_uses(reply: Any) -> list[dict[str, Any]]:
 
 
 def recall_text(got: t.RecallResult) -> str:
-    """A recalled page as the model reads it; a cut page says where to continue."""
-    return page_text(got.text, got.start_line, got.end_line, got.total_lines, got.truncated)
+    """A recalled page as the model reads it; a cut page (or search) says where to continue."""
+    return page_text(
+        got.text, got.start_line, got.end_line, got.total_lines, got.truncated, got.matches
+    )

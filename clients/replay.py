@@ -123,7 +123,15 @@ def provider_failures(report: dict[str, Any]) -> dict[str, int]:
 
 
 RUNS = {"compactd": "compactd", "baseline": "no management", "recorded": "recorded run"}
-ANCHORS = {"compactd": "compactd", "codex": "Codex-like", "opencode": "opencode-like"}
+# the columns of the anchors' table, named short so six fit 80 columns (`replay -h` says what
+# each policy is)
+ANCHORS = {
+    "compactd": "compactd",
+    "codex": "Codex",
+    "opencode": "opencode",
+    "claude-code": "CC",
+    "server": "server",
+}
 # the rows of the totals table: each a measure, in the words `replay -h` explains
 MEASURES: tuple[tuple[str, str], ...] = (
     ("cost", "cost (input-token eq.)"),
@@ -149,7 +157,12 @@ ANCHOR_MEASURES: tuple[tuple[str, str], ...] = (
     ("llmCallsPer100", "LLM calls per 100"),
     ("rewritesPer100", "cache rewrites per 100"),
     ("peak", "largest request (tokens)"),
+    ("uses", "later uses of a result"),
+    ("visible", "  in view"),
+    ("oneCall", "  one recall call away"),
+    ("further", "  further"),
 )
+FIDELITY = ("uses", "visible", "oneCall", "further")
 EXPLAINED = """\
 The totals table has a column per run: compactd (the cascade at this window),
 no management (every request whole, nothing removed) and the recorded run
@@ -179,11 +192,20 @@ With sub-agents, a second table shows the main thread alone. Then compactd
 beside the anchor policies, simulated on the same messages and priced the
 same way: Codex-like (tool output recorded cut to 10,000 characters; after a
 request at 90 % of the window, a summary plus the newest user messages up to
-20K tokens, everything else dropped) and opencode-like (old tool output
-pruned beyond the newest 40K tool tokens; a summary plus the tail of the last
-two user turns at window - min(20K, reserve)). Last, how many checkpoints
-background preparation wrote (during recorded gaps of prepareIdleSeconds)
-and how many of them no compaction used."""
+20K tokens, everything else dropped), opencode-like (old tool output pruned
+beyond the newest 40K tool tokens; a summary plus the tail of the last two
+user turns at window - min(20K, reserve)), CC-like (Claude Code's autocompact:
+a summary and ~10K of restored files at window - min(reserve, 20K) - 13K) and
+server-side (Anthropic's compact_20260112: the provider summarizes a request
+over min(150K, limit - 10K), never under its 50K minimum, reading it as a
+cached fork; under a 50K limit it cannot serve the window, marked "n/a").
+Their last rows are fidelity: of the terms (identifiers, paths, numbers) the
+agent's recorded answers used that it had only seen in tool results, the share
+in view in the request it answered (summaries aside), one compactd_recall call
+away (a handle or tool_use id of a result holding it is in the request;
+compactd with recall on), or further. Last, how many checkpoints background
+preparation wrote (during recorded gaps of prepareIdleSeconds) and how many of
+them no compaction used."""
 
 
 def print_report(
@@ -221,9 +243,10 @@ def print_report(
     ):
         console.print(totals_table(main, None, "main thread"))
     anchors = main if main and main.get("compactd") else report["totals"]
-    if anchors.get("codex") or anchors.get("opencode"):
+    if any(anchors.get(name) for name in ANCHORS if name != "compactd"):
         scope = "main thread" if anchors is main else "all threads"
-        console.print(anchors_table(anchors, f"beside the anchor policies ({scope})"))
+        title = f"beside the anchor policies ({scope})"
+        console.print(anchors_table(anchors, title, report.get("anchors") or {}))
     mine = report["totals"]["compactd"]
     if report.get("provider") and "prepared" in mine:  # said even when it is none
         console.print(
@@ -268,16 +291,25 @@ def totals_table(totals: dict[str, Any], failed: int | None, title: str) -> Tabl
     return table
 
 
-def anchors_table(totals: dict[str, Any], title: str) -> Table:
-    """compactd beside the anchor policies: a column each, a row per measure."""
-    runs = [(label, totals[name]) for name, label in ANCHORS.items() if totals.get(name)]
+def anchors_table(
+    totals: dict[str, Any], title: str, notes: dict[str, dict[str, Any]] | None = None
+) -> Table:
+    """compactd beside the anchor policies: a column each, a row per measure (an anchor that
+    cannot serve the window, server-side compaction under its 50K minimum, is marked)."""
+    runs = [(name, label, totals[name]) for name, label in ANCHORS.items() if totals.get(name)]
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
     table.add_column("")
-    for label, _ in runs:
-        table.add_column(label, justify="right")
+    for name, label, _ in runs:
+        serves = (notes or {}).get(name, {}).get("servesWindow", True)
+        table.add_column(label if serves else f"{label} (n/a)", justify="right")
     for key, label in ANCHOR_MEASURES:
         cells = []
-        for _, t in runs:
+        for _, _, t in runs:
+            if key in FIDELITY:
+                fidelity = t.get("fidelity") or {}
+                value = fidelity.get(key, 0)
+                cells.append(f"{value:,}" if key == "uses" else f"{value:.0%}")
+                continue
             value = t.get(key, 0)
             cells.append(f"{value:.1f}" if key.endswith("Per100") else f"{value:,.0f}")
         table.add_row(label, *cells)
@@ -368,6 +400,31 @@ def threads(steps: list[dict[str, Any]]) -> dict[str, list[tuple[int, dict[str, 
     return out
 
 
+def saving_text(report: dict[str, Any]) -> str | None:
+    """What compactd saved against no management, in input-token equivalents and, where the
+    model has a published price, in US$ (equivalents priced at its input price)."""
+    totals = report.get("totals") or {}
+    ours, baseline = totals.get("compactd"), totals.get("baseline")
+    if not ours or not baseline or not baseline.get("cost"):
+        return None
+    saved = baseline["cost"] - ours["cost"]
+    text = (
+        f"saved {human(saved)} input-token eq. against no management "
+        f"({saved / baseline['cost']:.0%})"
+    )
+    price = report.get("price")
+    model = report.get("model") or "the model"
+    if price:
+        money = saved * price["inputPerMillion"] / 1e6
+        text += (
+            f"\n≈ {'-' if money < 0 else ''}${abs(money):,.2f} at {model}'s price "
+            f"(${price['inputPerMillion']:g}/M input, {price['taken']})"
+        )
+    else:
+        text += f"\nno published price for {model}: no money figure"
+    return text
+
+
 def plot(report: dict[str, Any], path: str) -> None:
     """One panel per thread — the main thread's requests, with where sub-agents ran shaded,
     then each sub-agent's own — tokens per request for compactd, no management and the
@@ -452,6 +509,18 @@ def plot(report: dict[str, Any], path: str) -> None:
     for name, values in lines.items():
         if values and values[-1] > 0:
             cost.plot(values, color=styles[name], label=name)
+    said = saving_text(report)
+    if said:
+        cost.text(
+            0.99,
+            0.05,
+            said,
+            transform=cost.transAxes,
+            ha="right",
+            va="bottom",
+            fontsize=9,
+            bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.85},
+        )
     cost.yaxis.set_major_formatter(formatter)
     cost.set_ylabel("cumulative cost\n(input-token eq.)")
     cost.set_xlabel("model request (all threads, in order)")

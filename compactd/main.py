@@ -1,5 +1,5 @@
-"""The `compactd` console script: `serve` runs the daemon, `proxy` the HTTP proxy, every other
-command the client CLI.
+"""The `compactd` console script: `serve` runs the daemon, `proxy` the HTTP proxy, `stats` and
+`migrate` read and write the store here, every other command the client CLI.
 
 The one module that sees both sides, so the client (`compactd.clients`) never imports the
 daemon, and a client command does not pay for the daemon's imports.
@@ -20,6 +20,10 @@ def main(argv: list[str] | None = None) -> int:
         from .proxy.main import run as proxy
 
         return proxy(ns)
+    if ns.command == "stats":
+        from .stats import run as stats
+
+        return stats(ns)
     if ns.command == "migrate":
         from .migrate import run as migrate
 

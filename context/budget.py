@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from .errors import InvalidConfig
+from .prices import price_of
 
 
 @attrs.frozen
@@ -43,25 +44,6 @@ MODELS: dict[str, ModelSpec] = {
 }
 DEFAULT_MODEL_SPEC = ModelSpec(200_000, 32_000)
 
-# Published input prices, US$ per million tokens (platform.claude.com's model pages, 2026-10;
-# output is 5x input for each): what a replay prices a cheaper summary model by. A model
-# without a fixed price (Haiku 5.5's starts "from" one) is not listed.
-INPUT_PRICES: dict[str, float] = {
-    "claude-opus-5-5": 4.0,
-    "claude-sonnet-5-5": 2.0,
-    "claude-opus-5": 5.0,
-    "claude-sonnet-5": 2.0,
-    "claude-opus-4-8": 5.0,
-    "claude-opus-4-7": 5.0,
-    "claude-opus-4-6": 5.0,
-    "claude-opus-4-5": 5.0,
-    "claude-sonnet-4-6": 3.0,
-    "claude-sonnet-4-5": 3.0,
-    "claude-sonnet-4": 3.0,
-    "claude-haiku-4-5": 1.0,
-    "claude-opus-4-1": 15.0,
-}
-
 # Provider tokens per cl100k token before any usage is reported, by model family: Claude
 # counts real coding transcripts 1.30× (64da7265) to 1.36× (a held-out session) what cl100k
 # does (docs/decisions.md); the upper end, so a first request is not under-counted.
@@ -81,11 +63,9 @@ def model_spec(model: str | None) -> ModelSpec:
 
 
 def input_price(model: str | None) -> float | None:
-    """The model's published input price per million tokens (dated ids by prefix), or None."""
-    if not model:
-        return None
-    best = max((k for k in INPUT_PRICES if model.startswith(k)), key=len, default=None)
-    return INPUT_PRICES[best] if best else None
+    """The model's published input price per million tokens (`prices`), or None."""
+    price = price_of(model)
+    return price.input if price is not None else None
 
 
 def known_model(model: str) -> bool:

@@ -148,5 +148,5 @@ def cut_note(cut: int, handle: str, lines: tuple[int, int, int] | None) -> str:
     where = f" (lines {lines[0]}–{lines[1]} of {lines[2]} omitted)" if lines else ""
     return (
         f"\n\n[… {cut:,} characters{where} truncated by compactd; compactd_recall with handle "
-        f"{handle} returns them …]\n\n"
+        f"{handle} returns them, or with search the lines that match …]\n\n"
     )

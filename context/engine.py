@@ -23,8 +23,17 @@ from .decompose import from_anthropic, from_nodes, from_openai
 from .errors import CompactdError, InvalidContent, Stopped, TooLarge
 from .graph import Graph, Node, Record
 from .policy import Policy, check_session_config, policy_from_config
-from .projection import COLLAPSE, IDLE, REACTIVE, UNCOLLAPSE, USAGE, project
-from .recall import CUT, Recalled, page, resolve, shown_content, text_of
+from .projection import COLLAPSE, IDLE, PASSTHROUGH, REACTIVE, UNCOLLAPSE, USAGE, project
+from .recall import (
+    CUT,
+    Recalled,
+    Search,
+    page,
+    resolve,
+    search_lines,
+    shown_content,
+    text_of,
+)
 from .render.request import Rendered, RenderParams, render_request
 from .session import UNSET, AppendResult, Library, Session, collector_paused
 from .stores.interface import SessionCounts, SessionStore, log_size
@@ -128,8 +137,11 @@ class Engine:
         session_id: str | None = None,
         config: dict[str, Any] | None = None,
         meta: dict[str, Any] | None = None,
+        *,
+        unborn: bool = False,
     ) -> tuple[Session, bool]:
-        """Load a session, or create it (a new id when none is given); says if it is new."""
+        """Load a session, or create it (a new id when none is given); says if it is new.
+        `unborn`: a new session's log is created with its first write (`Session.flush`)."""
         if config is not None:
             policy_from_config(config)  # reject a bad config before anything is written
             check_session_config(config)
@@ -140,16 +152,21 @@ class Engine:
             if config:
                 session.update_config(config)
             return session, False
-        session = self.library.create(session_id, config, meta)
-        self.sessions[session.id] = session
+        session = self.library.create(session_id, config, meta, unborn=unborn)
+        self._adopt(session)
         return session, True
+
+    def _adopt(self, session: Session) -> None:
+        """Hold a session; what is kept of it here goes when its graph is read again."""
+        self.sessions[session.id] = session
+        session.on_reload.append(lambda sid=session.id: self._forget_state(sid))
 
     def session(self, session_id: str) -> Session:
         """A loaded session (loading it on first use), caught up with other writers."""
         session = self.sessions.get(session_id)
         if session is None:
             session = self.library.load(session_id)
-            self.sessions[session_id] = session
+            self._adopt(session)
         else:
             session.catch_up()
         return session
@@ -161,7 +178,7 @@ class Engine:
         about (a sub-agent file alone, a truncated file: an empty session is rarely meant)."""
         sessions, outcome = self.import_sessions(path, new=new)
         for session in sessions:
-            self.sessions[session.id] = session
+            self._adopt(session)
         return outcome
 
     def import_sessions(
@@ -291,12 +308,26 @@ class Engine:
         a prepared summary, a pending overflow, its lock object), so evicted sessions cost
         nothing; it loads again from its log on next use."""
         self.sessions.pop(session_id, None)
+        self._forget_state(session_id)
+        self.store.forget(session_id)
+
+    def _forget_state(self, session_id: str) -> None:
+        """What is kept per session besides its graph, derived from it."""
         self._calibration.pop(session_id, None)
         self._prepared.pop(session_id, None)
         self._preparations.pop(session_id, None)
         self._last_estimate.pop(session_id, None)
         self._overflow.pop(session_id, None)
-        self.store.forget(session_id)
+
+    def drop_held(self, session_id: str, owner: object) -> bool:
+        """Forget the writes `owner` holds back in a session (`Session.holding`): a request
+        refused after it was placed leaves nothing behind, a new session not even its log."""
+        session = self.sessions.get(session_id)
+        if session is None or not session.drop(owner):
+            return False
+        if session.unborn is not None:
+            self.evict(session_id)
+        return True
 
     def list(self) -> list[str]:
         return self.library.list()
@@ -691,12 +722,14 @@ class Engine:
         sent: int | None = None,
         applied_edits: list[dict[str, Any]] | None = None,
         durable: bool = True,
+        request: dict[str, Any] | None = None,
     ) -> tuple[float, int | None, int | None]:
         """Keep what the provider counted for the last rendered request; later estimates for
         this model are scaled by the observed ratio. Returns (ratio, reported, estimated).
 
         `estimated` is our count of what the model saw (after a server-side clear), `sent`
-        of the request as sent; without them, the last render's."""
+        of the request as sent; without them, the last render's. `request`: the request as a
+        front sent it (its model, window and panel), which `last_sent` gives back."""
         session = self.session(session_id)
         if estimated is None:
             last = self._last_estimate.get(session_id)
@@ -715,8 +748,26 @@ class Engine:
             data["reported"] = reported
         if applied_edits:
             data["appliedEdits"] = applied_edits
+        if request:
+            data["request"] = request
         session.add_records([{"kind": USAGE, "covers": [], "data": data}], durable=durable)
         return self.calibration(session).ratio(model), reported, estimated
+
+    def last_sent(self, session_id: str) -> dict[str, Any] | None:
+        """The last request a front recorded as it sent it (`record_usage`'s `request`), with
+        the provider's count of it; None for a session no front sent a request of."""
+        for record in reversed(self.session(session_id).graph.records):
+            request = record.data.get("request") if record.kind == USAGE else None
+            if isinstance(request, dict):
+                return {**request, "reported": record.data.get("reported")}
+        return None
+
+    def record_passthrough(self, session_id: str, reason: str) -> None:
+        """Keep that a request of this session went to its provider unmanaged, and why (the
+        proxy could not keep its history): what `compactd stats` counts."""
+        session = self.session(session_id)
+        record = {"kind": PASSTHROUGH, "covers": [], "data": {"reason": reason[:500]}}
+        session.add_records([record], durable=False)
 
     # ---- recall -------------------------------------------------------------------------------
 
@@ -727,15 +778,20 @@ class Engine:
         start_line: int | None = None,
         end_line: int | None = None,
         branch: str | None = None,
+        search: Search | None = None,
     ) -> Recalled:
-        """What a handle stands for, a page of it. A cut note's handle recalled without lines
-        starts at the first line the cut left out (the model has the lines before it)."""
+        """What a handle stands for, a page of it — or, with `search`, the lines of it that
+        match (all of it searched unless lines are given). A cut note's handle paged without
+        lines starts at the first line the cut left out (the model has the lines before it).
+        Reads only: a refusal (a foreign handle, a search RE2 will not run) writes nothing."""
         session = self.session(session_id)
         g = session.graph
         policy = self.policy(session)
         path = g.branch_path(branch)
         node, part = resolve(g, handle, path)
         text = text_of(g, node, part, path)
+        if search is not None:
+            return search_lines(text, search, policy.recall_max_chars, start_line, end_line)
         if part == CUT and start_line is None:
             start_line = first_cut_line(
                 shown_content(g, node),

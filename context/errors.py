@@ -79,6 +79,13 @@ class UnknownHandle(CompactdError):
     kind = "unknown_handle"
 
 
+class InvalidSearch(CompactdError):
+    """A recall search compactd will not run: empty, over its length, a regular expression RE2
+    does not take (backreferences, lookaround, a repetition over 1,000), or bad context."""
+
+    kind = "invalid_search"
+
+
 class InvalidConfig(CompactdError):
     kind = "invalid_config"
 

@@ -224,7 +224,10 @@ class Graph:
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         self.nodes: dict[str, Node] = {}
-        self.by_tool_use_id: dict[str, str] = {}
+        # tool_use id -> the tool nodes that carry it, oldest first: an id is unique on a
+        # branch, not in the session (a client's compacted history repeats the ids of the
+        # exchanges it kept, and lives on a branch of its own)
+        self.calls_by_use_id: dict[str, list[str]] = {}
         self.branches: dict[str, str | None] = {DEFAULT_BRANCH: None}
         self.current_branch = DEFAULT_BRANCH
         self.function_heads: dict[str, str | None] = {}
@@ -251,9 +254,20 @@ class Graph:
                 f"session {self.session_id} has no node {node_id!r}", nodeId=node_id
             ) from None
 
-    def tool_by_use_id(self, tool_use_id: str) -> Node | None:
-        node_id = self.by_tool_use_id.get(tool_use_id)
-        return self.nodes[node_id] if node_id is not None else None
+    def tool_by_use_id(self, tool_use_id: str, path: Path | None = None) -> Node | None:
+        """The call with this tool_use id: the one on `path` when one is, else the latest."""
+        ids = self.calls_by_use_id.get(tool_use_id)
+        if not ids:
+            return None
+        if path is not None and len(ids) > 1:
+            for node_id in reversed(ids):
+                if self.on_path(node_id, path):
+                    return self.nodes[node_id]
+        return self.nodes[ids[-1]]
+
+    def thread_path(self, node: Node) -> Path:
+        """The thread a thread node lies on, from its root to it."""
+        return self.path(node.id, node.owner)
 
     def head(self, branch: str | None = None, function: str | None = None) -> str | None:
         """The head of a branch's top-level thread, or of a function's internal thread."""
@@ -413,9 +427,12 @@ class Graph:
             node.index = raw.get("index")
             node.extra = raw.get("extra")
             node.anchor = parent.anchor
-            if node.tool_use_id in self.by_tool_use_id:
-                raise InvalidGraph(f"duplicate tool_use_id {node.tool_use_id!r}")
-            self.by_tool_use_id[node.tool_use_id] = node_id
+            same = self.calls_by_use_id.setdefault(node.tool_use_id, [])
+            if same:
+                thread = self.thread_path(parent)
+                if any(self.on_path(other, thread) for other in same):
+                    raise InvalidGraph(f"duplicate tool_use_id {node.tool_use_id!r} on a thread")
+            same.append(node_id)
             parent.calls.append(node_id)
         elif kind == "function":
             if parent is None or parent.kind not in ("assistant", "tool"):

@@ -36,6 +36,7 @@ USAGE = "usage"
 NOTE = "note"
 REACTIVE = "reactive"
 IDLE = "idle"
+PASSTHROUGH = "passthrough"  # a request the proxy sent on as its client wrote it, and why
 CONTEXT_KINDS = frozenset({SUMMARY, COLLAPSE, UNCOLLAPSE, SNIP, CLEAR, EVIDENCE, ABANDON})
 
 

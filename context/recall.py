@@ -12,21 +12,26 @@ The tag is a hash of the session id, the node id and the part, so a handle is a 
 of the graph (the cached prefix stays byte-stable) and a handle from another session is
 recognised as foreign rather than read as one of this session's nodes. Content is addressed by
 lines; a line longer than `LINE_WIDTH` characters counts as several, so a single-line result
-(minified JSON) can still be paged through.
+(minified JSON) can still be paged through. A recall reads a page of lines, or searches: the
+lines that match a pattern (plain text, or an RE2 regular expression, which matches in time
+linear in the content — no pattern can hold the daemon), with their line numbers and a little
+context, whole lines under the same page size.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from bisect import bisect_right
 from collections.abc import Iterable
 from typing import Any
 
 import attrs
 import orjson
+import re2
 
 from .blocks import has_long_strings
-from .errors import InvalidContent, UnknownHandle
+from .errors import InvalidContent, InvalidSearch, UnknownHandle
 from .graph import Graph, Node, Path
 
 PREFIX = "recall:"
@@ -35,20 +40,27 @@ LINE_WIDTH = 1000
 HANDLE_RE = re.compile(r"recall:[A-Za-z0-9_.-]+")
 _TAG_RE = re.compile(r"^[0-9a-f]{8}$")
 
+SEARCH_MAX_CHARS = 500  # the longest pattern a search takes
+SEARCH_CONTEXT = 1  # lines shown before and after each matching line, unless asked
+SEARCH_CONTEXT_MAX = 5
+
 RECALL_TOOL: dict[str, Any] = {
     "name": TOOL_NAME,
     "description": (
         "Read back content compactd left out of this conversation to fit the context window. "
         "Every note that says content was cut, cleared or removed names a handle (it starts "
-        "with `recall:`). Pass it as `handle`; `startLine`/`endLine` (1-based, inclusive) "
-        "pick lines; a long answer is cut to a page and says where to continue. A tool result "
-        "cleared without a handle: pass its tool_use id as the handle (its input: the id "
-        "followed by `.input`)."
+        "with `recall:`): pass it as `handle`. `search` returns only the lines containing "
+        "that text, numbered (`regex`: RE2); `startLine`/`endLine` (1-based) pick the lines "
+        "read or searched. A tool result cleared without a handle: pass its tool_use id "
+        "(its input: the id followed by `.input`)."
     ),
     "input_schema": {
         "type": "object",
         "properties": {
             "handle": {"type": "string", "description": "The handle, as the note names it"},
+            "search": {"type": "string"},
+            "regex": {"type": "boolean"},
+            "context": {"type": "integer", "minimum": 0, "maximum": SEARCH_CONTEXT_MAX},
             "startLine": {"type": "integer", "minimum": 1},
             "endLine": {"type": "integer", "minimum": 1},
         },
@@ -110,7 +122,7 @@ def cleared_note(handle: str, content: Any, superseded: str | None = None) -> st
         if superseded
         else "Old tool result content cleared by compactd"
     )
-    return f"[{what}; compactd_recall with handle {handle} returns {size}.]"
+    return f"[{what}; compactd_recall with handle {handle} returns {size}, or searches them.]"
 
 
 def range_note(entries: list[str], transcript_handle: str, limit: int) -> str:
@@ -202,11 +214,16 @@ def range_entries(graph: Graph, node_ids: Iterable[str], only: str | None = None
 
 @attrs.frozen
 class Recalled:
+    """A page of lines, or a search's matching lines: `end_line` is the last line the answer
+    covers (a cut one goes on from the next); `matches` the lines that matched a search in
+    all (None for a page)."""
+
     text: str
     total_lines: int
     start_line: int
     end_line: int
     truncated: bool
+    matches: int | None = None
 
 
 def resolve(graph: Graph, handle: str, path: Path) -> tuple[Node, str | None]:
@@ -217,7 +234,7 @@ def resolve(graph: Graph, handle: str, path: Path) -> tuple[Node, str | None]:
         use_id, part = handle, None
         if handle.endswith(f".{INPUT}"):
             use_id, part = handle[: -len(INPUT) - 1], INPUT
-        call = graph.tool_by_use_id(use_id)
+        call = graph.tool_by_use_id(use_id, path)
         if call is None:
             raise UnknownHandle(
                 f"{handle!r} is neither a recall handle (recall:<id>) nor a tool_use id of "
@@ -324,11 +341,16 @@ def recall(
     max_chars: int,
     start_line: int | None = None,
     end_line: int | None = None,
+    search: Search | None = None,
 ) -> Recalled:
     """Lines `start_line..end_line` of what `handle` stands for, whole lines up to
-    `max_chars` characters (a first line longer than that is cut)."""
+    `max_chars` characters (a first line longer than that is cut) — or, with `search`, the
+    lines among them that match it."""
     node, part = resolve(graph, handle, path)
-    return page(text_of(graph, node, part, path), max_chars, start_line, end_line)
+    text = text_of(graph, node, part, path)
+    if search is not None:
+        return search_lines(text, search, max_chars, start_line, end_line)
+    return page(text, max_chars, start_line, end_line)
 
 
 def page(
@@ -337,15 +359,7 @@ def page(
     """Lines `start_line..end_line` of `text`, whole lines up to `max_chars` characters."""
     starts = line_starts(text)
     total = len(starts)
-    first = 1 if start_line is None else start_line
-    last = total if end_line is None else min(end_line, total)
-    if first < 1 or first > total:
-        raise InvalidContent(
-            f"startLine must be between 1 and {total} (the content has {total} lines)",
-            field="startLine",
-        )
-    if last < first:
-        raise InvalidContent("endLine must not be before startLine", field="endLine")
+    first, last = _range(total, start_line, end_line)
     bounds = [*starts, len(text)]
     out_end = first
     begin = starts[first - 1]
@@ -358,6 +372,185 @@ def page(
     if stop - begin > max_chars:  # even the first line does not fit
         stop, truncated = begin + max_chars, True
     return Recalled(text[begin:stop].rstrip("\n"), total, first, out_end, truncated)
+
+
+def _range(total: int, start_line: int | None, end_line: int | None) -> tuple[int, int]:
+    first = 1 if start_line is None else start_line
+    last = total if end_line is None else min(end_line, total)
+    if first < 1 or first > total:
+        raise InvalidContent(
+            f"startLine must be between 1 and {total} (the content has {total} lines)",
+            field="startLine",
+        )
+    if last < first:
+        raise InvalidContent("endLine must not be before startLine", field="endLine")
+    return first, last
+
+
+# ---- search -----------------------------------------------------------------------------------
+
+
+def _options() -> Any:
+    options = re2.Options()
+    options.log_errors = False  # a bad pattern is the model's mistake, answered, not logged
+    return options
+
+
+_RE2_OPTIONS = _options()
+
+
+@attrs.frozen
+class Search:
+    """What a recall looks for: `pattern`, plain text or (`regex`) an RE2 expression, and how
+    many lines of `context` to show around each match. Checked and compiled when made, so a
+    search compactd will not run is refused before anything is read."""
+
+    pattern: str
+    regex: bool = False
+    context: int = SEARCH_CONTEXT
+    # the pattern, and the same wrapped to match once per line at the pattern's first match
+    # (group 1), taking the rest of the line: one match per line, however dense
+    bare: Any = attrs.field(init=False, eq=False, repr=False)
+    per_line: Any = attrs.field(init=False, eq=False, repr=False)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.pattern:
+            raise InvalidSearch("search must not be empty", field="search")
+        if len(self.pattern) > SEARCH_MAX_CHARS:
+            raise InvalidSearch(
+                f"search is {len(self.pattern):,} characters; at most {SEARCH_MAX_CHARS} are "
+                "searched for",
+                field="search",
+            )
+        if not 0 <= self.context <= SEARCH_CONTEXT_MAX:
+            raise InvalidSearch(
+                f"context must be between 0 and {SEARCH_CONTEXT_MAX}", field="context"
+            )
+        pattern = self.pattern if self.regex else re2.escape(self.pattern)
+        try:
+            bare = re2.compile(pattern, _RE2_OPTIONS)
+            per_line = re2.compile(f"(?m)^[^\\n]*?({pattern})[^\\n]*", _RE2_OPTIONS)
+        except re2.error as exc:
+            why = exc.args[0] if exc.args else exc
+            why = why.decode(errors="replace") if isinstance(why, bytes) else str(why)
+            raise InvalidSearch(
+                f"search is not a regular expression RE2 runs ({why}); RE2 has no "
+                "backreferences or lookaround and repeats at most 1,000 times — or search "
+                "for it as plain text (regex: false)",
+                field="search",
+            ) from None
+        object.__setattr__(self, "bare", bare)
+        object.__setattr__(self, "per_line", per_line)
+
+    @classmethod
+    def of(cls, pattern: Any, regex: Any = None, context: Any = None) -> Search | None:
+        """A search from the wire (the tool call's input, the RPC's params); None without a
+        pattern. Values of the wrong type are refused as the search they spoil."""
+        if pattern is None:
+            return None
+        if not isinstance(pattern, str):
+            raise InvalidSearch("search must be a string", field="search")
+        if regex is not None and not isinstance(regex, bool):
+            raise InvalidSearch("regex must be true or false", field="regex")
+        if context is not None and (not isinstance(context, int) or isinstance(context, bool)):
+            raise InvalidSearch("context must be a whole number", field="context")
+        return cls(pattern, bool(regex), SEARCH_CONTEXT if context is None else context)
+
+
+def matching_lines(
+    text: str, starts: list[int], search: Search, first: int, last: int
+) -> list[int]:
+    """The lines (1-based, between `first` and `last`) that hold a match. A line longer than
+    `LINE_WIDTH` counts as several (as recall numbers them); each of them is searched."""
+    begin = starts[first - 1]
+    end = starts[last] if last < len(starts) else len(text)
+    found: list[int] = []
+    if not search.regex:
+        at = text.find(search.pattern, begin, end)
+        while at != -1:
+            line = bisect_right(starts, at)
+            found.append(line)
+            resume = starts[line] if line < len(starts) else end
+            at = text.find(search.pattern, max(resume, at + 1), end) if resume < end else -1
+        return found
+    bare = search.bare
+    bounds = [*starts, len(text)]
+    for match in search.per_line.finditer(text, begin, end):
+        line = bisect_right(starts, match.start(1))
+        found.append(line)
+        # the rest of a long line, past the recall line the first match is on
+        stop = match.end()
+        nxt = line + 1
+        while nxt <= last and bounds[nxt - 1] < stop:
+            if bare.search(text[bounds[nxt - 1] : bounds[nxt]]):
+                found.append(nxt)
+            nxt += 1
+    return found
+
+
+def search_lines(
+    text: str,
+    search: Search,
+    max_chars: int,
+    start_line: int | None = None,
+    end_line: int | None = None,
+) -> Recalled:
+    """The lines of `text` (between `start_line` and `end_line`) that match `search`, each with
+    its number and `search.context` lines around it, as grep prints them (`12:` a match,
+    `11-` context, `--` between groups) — whole lines up to `max_chars` characters, after a
+    line that says how many matched. A cut answer ends at its last shown line
+    (`end_line`): the same search from the next line goes on."""
+    starts = line_starts(text)
+    total = len(starts)
+    first, last = _range(total, start_line, end_line)
+    hits = matching_lines(text, starts, search, first, last)
+    what = f"the {'regex' if search.regex else 'text'} “{search.pattern}”"
+    scope = f"lines {first}–{last} of {total}"
+    if not hits:
+        none = f"[compactd: no line matches {what} ({scope})]"
+        return Recalled(none, total, first, last, False, 0)
+    bounds = [*starts, len(text)]
+    head = f"[compactd: {len(hits)} line{'s' * (len(hits) != 1)} match {what} ({scope})]"
+    out = [head]
+    used = len(head)
+    shown_to = first - 1  # the last line the answer shows
+    hit_set = set(hits)
+    cut = False
+
+    def numbered(n: int) -> str:
+        return f"{n}{':' if n in hit_set else '-'}{text[bounds[n - 1] : bounds[n]].rstrip(chr(10))}"
+
+    for index, group in enumerate(_groups(hits, search.context, first, last)):
+        for n in group:
+            line = numbered(n)
+            piece = f"--\n{line}" if n == group[0] and index else line
+            if used + 1 + len(piece) > max_chars:
+                if shown_to < first:  # not even one line fits: the first match, cut to fit
+                    shown_to = hits[0]
+                    out.append(numbered(shown_to)[: max(0, max_chars - used - 1)])
+                cut = True
+                break
+            out.append(piece)
+            used += 1 + len(piece)
+            shown_to = n
+        if cut:
+            break
+    if cut:
+        return Recalled("\n".join(out), total, first, shown_to, True, len(hits))
+    return Recalled("\n".join(out), total, first, last, False, len(hits))
+
+
+def _groups(hits: list[int], context: int, first: int, last: int) -> list[list[int]]:
+    """Runs of lines to show: each match with `context` lines either side, overlapping or
+    touching runs merged."""
+    groups: list[list[int]] = []
+    for hit in hits:
+        lo, hi = max(first, hit - context), min(last, hit + context)
+        if groups and lo <= groups[-1][-1] + 1:
+            groups[-1].extend(range(groups[-1][-1] + 1, hi + 1))
+        else:
+            groups.append(list(range(lo, hi + 1)))
+    return groups
 
 
 def handles_in(value: Any) -> set[str]:

@@ -27,12 +27,29 @@ from .errors import (
     StoreFailure,
     UnknownBranch,
 )
-from .graph import EXPOSE_MODES, Graph, Node
-from .stores.interface import SESSION_ID_RE, LoadReport, SessionStore, check_session_id
+from .graph import EXPOSE_MODES, Graph, Node, Path
+from .stores.interface import (
+    SESSION_ID_RE,
+    LoadReport,
+    SessionStore,
+    check_session_id,
+    log_lines,
+)
 
 Clock = Callable[[], float]
 UNSET: Any = object()
 """`expected_head` not given (None means: expect an empty thread)."""
+
+
+@attrs.define
+class _Held:
+    """Writes applied in memory and kept back from the log for one owner (a request that may
+    yet be refused): written by `Session.flush`, forgotten by `Session.drop`."""
+
+    owner: object
+    events: list[dict[str, Any]] = attrs.field(factory=list)
+    durable: bool = False
+    open: bool = True  # new writes join it (inside `Session.holding`)
 
 
 @attrs.frozen
@@ -61,6 +78,8 @@ class Session:
         self._buffer: list[dict[str, Any]] | None = None
         self.unborn: list[dict[str, Any]] | None = None  # events of a log not yet created
         self.listeners: list[Callable[[list[dict[str, Any]]], None]] = []
+        self._held: _Held | None = None
+        self.on_reload: list[Callable[[], None]] = []  # what else holds state of this graph
 
     @property
     def id(self) -> str:
@@ -69,8 +88,9 @@ class Session:
     # ---- reading what others wrote ----------------------------------------------------------
 
     def catch_up(self) -> list[dict[str, Any]]:
-        """Apply events other writers appended since we last read; returns them."""
-        if self._buffer is not None:
+        """Apply events other writers appended since we last read; returns them. Not while
+        writes are held back (theirs are read when ours are written: `_write_held`)."""
+        if self._buffer is not None or self._held is not None or self.unborn is not None:
             return []
         if self.store.unchanged(self.id, self.offset):
             self.report.torn_tail = False  # nothing past what we read (a stat, not a read)
@@ -103,7 +123,19 @@ class Session:
                 self.graph.apply(event)
             self._buffer.extend(events)
             return events
+        held = self._held
+        if held is not None and held.open:
+            events = build(self.graph, self.graph.seq + 1, self.clock())
+            log_lines(events, self.store.max_event_bytes)  # what the store would refuse, now
+            for event in events:
+                self.graph.apply(event)
+            held.events.extend(events)
+            held.durable = held.durable or durable
+            return events
+        if self.unborn is not None:
+            self._create()
         with self.store.locked(self.id):
+            self._write_held()
             self.catch_up()
             events = build(self.graph, self.graph.seq + 1, self.clock())
             if not events:
@@ -112,6 +144,101 @@ class Session:
             for event in events:
                 self.graph.apply(event)
         return events
+
+    # ---- writes held back ---------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def holding(self, owner: object) -> Iterator[None]:
+        """Writes inside the block are applied in memory and kept back from the log for
+        `owner` — a request the upstream may yet refuse, which must then leave nothing
+        behind: `flush(owner)` writes them (with any later block's of the same owner),
+        `drop(owner)` forgets them. Another owner's held writes are written first, and any
+        other write writes them too: only the latest owner's can be dropped."""
+        if self._held is not None and self._held.owner is not owner:
+            self.flush()
+        if self._held is None:
+            self._held = _Held(owner)
+        self._held.open = True
+        try:
+            yield
+        finally:
+            if self._held is not None:
+                self._held.open = False
+
+    def holds(self, owner: object) -> bool:
+        return self._held is not None and self._held.owner is owner
+
+    def flush(self, owner: object | None = None) -> None:
+        """Write what is held (for `owner`, or whoever holds it), and an unborn log."""
+        if owner is not None and not self.holds(owner):
+            return
+        if self.unborn is not None:
+            self._create()
+        elif self._held is not None and not self._held.events:
+            self._held = None  # nothing to write
+        elif self._held is not None:
+            with self.store.locked(self.id):
+                self._write_held()
+
+    def drop(self, owner: object) -> bool:
+        """Forget what `owner` holds: the graph is its log's again. False when it holds
+        nothing (written already, by `flush` or another write)."""
+        if not self.holds(owner):
+            return False
+        if self._held is not None and not self._held.events and self.unborn is None:
+            self._held = None  # nothing was applied: the graph is its log's already
+        else:
+            self.reload()
+        return True
+
+    def _write_held(self) -> None:
+        """Under the store's lock: the held writes go to the log. When another writer
+        appended meanwhile, they cannot (their sequence numbers and ids may be taken): the
+        session is read again from its log and they are gone — a copy of what a client
+        resends, placed again by its next request."""
+        held, self._held = self._held, None
+        if held is None or not held.events:
+            return
+        try:
+            if not self.store.unchanged(self.id, self.offset):
+                theirs, _report = self.store.read_from(self.id, self.offset)
+                if theirs:
+                    self.reload()
+                    return
+            self.offset = self.store.append(self.id, held.events, durable=held.durable)
+        except BaseException:
+            self.reload()  # the graph must hold what the log holds, nothing more
+            raise
+
+    def _create(self) -> None:
+        """An unborn session's log, made with what is held (a create takes no lock: it
+        fails if the log exists). Another writer that made it meanwhile wins, as above."""
+        assert self.unborn is not None
+        held, self._held = self._held, None
+        try:
+            if self.store.exists(self.id):
+                self.reload()
+                return
+            self.offset = self.store.create(self.id, self.unborn + (held.events if held else []))
+            self.unborn = None
+        except BaseException:
+            self.reload()
+            raise
+
+    def reload(self) -> None:
+        """The graph as the log holds it (an unborn session: its header alone): writes held
+        or half-applied in memory are gone, and whatever keeps state of the graph hears."""
+        self._held = None
+        if self.unborn is not None and not self.store.exists(self.id):
+            graph = Graph(self.id)
+            graph.apply(self.unborn[0])
+            self.graph, self.report = graph, LoadReport(events=1)
+        else:
+            self.unborn = None
+            self.graph, self.report = read_graph(self.store, self.id)
+            self.offset = self.report.end_offset
+        for hook in self.on_reload:
+            hook()
 
     @contextlib.contextmanager
     def buffered(self) -> Iterator[None]:
@@ -147,11 +274,18 @@ class Session:
         expected_head: Any = UNSET,
         allow_orphans: bool = False,
         durable: bool = True,
+        fork_at: Any = UNSET,
     ) -> AppendResult:
-        """Append decomposed messages to a branch's thread or a running function's thread."""
+        """Append decomposed messages to a branch's thread or a running function's thread.
+        `fork_at`: `branch` is a new branch, made in the same write, whose thread starts
+        after that node (None: a branch with no node) — so a history that cannot be appended
+        leaves no branch behind either."""
         out: dict[str, Any] = {}
 
         def build(g: Graph, seq: int, now: float) -> list[dict[str, Any]]:
+            fork: list[dict[str, Any]] = []
+            if fork_at is not UNSET:
+                fork = [_branch_event(g, str(branch), fork_at, seq, now)]
             events, ids, head = _plan_append(
                 g,
                 specs,
@@ -159,11 +293,12 @@ class Session:
                 function=function,
                 expected_head=expected_head,
                 allow_orphans=allow_orphans,
-                seq=seq,
+                seq=seq + len(fork),
                 ts=now,
+                start=fork_at,
             )
             out.update(ids=ids, head=head)
-            return events
+            return [*fork, *events]
 
         events = self.commit(build, durable=durable)
         return AppendResult(
@@ -196,7 +331,8 @@ class Session:
 
         def build(g: Graph, seq: int, now: float) -> list[dict[str, Any]]:
             if tool_use_id is not None:
-                tool = g.tool_by_use_id(tool_use_id)
+                thread = g.path(g.head(branch, function), function)
+                tool = g.tool_by_use_id(tool_use_id, thread)
                 if tool is None:
                     raise InvalidPairing(
                         f"no tool call with id {tool_use_id!r} to run as a function",
@@ -281,19 +417,9 @@ class Session:
         out: dict[str, str | None] = {}
 
         def build(g: Graph, seq: int, now: float) -> list[dict[str, Any]]:
-            if name in g.branches:
-                raise InvalidGraph(f"branch {name!r} already exists", branch=name)
             head = None if empty else from_node if from_node is not None else g.head()
-            if head is not None:
-                node = g.node(head)
-                if not node.is_thread or node.owner is not None:
-                    raise InvalidGraph(
-                        f"branches fork at top-level user/assistant nodes; {head!r} is a "
-                        f"{node.kind} node",
-                        nodeId=head,
-                    )
             out["head"] = head
-            return [{"t": "branch", "seq": seq, "ts": now, "name": name, "head": head}]
+            return [_branch_event(g, name, head, seq, now)]
 
         self.commit(build)
         return out["head"]
@@ -389,17 +515,7 @@ class Library:
 
     def load(self, session_id: str) -> Session:
         sid = check_session_id(session_id)
-        with collector_paused():  # a log's objects all live on: no full collection mid-load
-            events, report = self.store.read_from(sid, 0)
-            graph = Graph(sid)
-            for event in events:
-                apply_or_report(graph, event, report)
-        if not events or events[0].get("t") != "open" or graph.seq == 0:
-            raise StoreFailure(
-                f"the log of session {sid!r} has no valid header; it cannot be loaded",
-                sessionId=sid,
-                badLines=report.bad_lines,
-            )
+        graph, report = read_graph(self.store, sid)
         return Session(self.store, graph, report.end_offset, report, self.clock)
 
     def exists(self, session_id: str) -> bool:
@@ -407,6 +523,22 @@ class Library:
 
     def list(self) -> list[str]:
         return self.store.list_sessions()
+
+
+def read_graph(store: SessionStore, sid: str) -> tuple[Graph, LoadReport]:
+    """A session's graph from its whole log."""
+    with collector_paused():  # a log's objects all live on: no full collection mid-load
+        events, report = store.read_from(sid, 0)
+        graph = Graph(sid)
+        for event in events:
+            apply_or_report(graph, event, report)
+    if not events or events[0].get("t") != "open" or graph.seq == 0:
+        raise StoreFailure(
+            f"the log of session {sid!r} has no valid header; it cannot be loaded",
+            sessionId=sid,
+            badLines=report.bad_lines,
+        )
+    return graph, report
 
 
 def apply_or_report(graph: Graph, event: dict[str, Any], report: LoadReport) -> bool:
@@ -448,6 +580,22 @@ def _pending_ids(
     return [c.id for c in g.pending_calls(node) if c.id not in answered]
 
 
+def _branch_event(g: Graph, name: str, head: str | None, seq: int, ts: float) -> dict[str, Any]:
+    """The event that makes branch `name` with its head at `head` (None: no node yet)."""
+    if not SESSION_ID_RE.fullmatch(name):
+        raise InvalidContent(f"invalid branch name {name!r}", field="name")
+    if name in g.branches:
+        raise InvalidGraph(f"branch {name!r} already exists", branch=name)
+    if head is not None:
+        node = g.node(head)
+        if not node.is_thread or node.owner is not None:
+            raise InvalidGraph(
+                f"branches fork at top-level user/assistant nodes; {head!r} is a {node.kind} node",
+                nodeId=head,
+            )
+    return {"t": "branch", "seq": seq, "ts": ts, "name": name, "head": head}
+
+
 def _plan_append(
     g: Graph,
     specs: list[Spec],
@@ -458,8 +606,12 @@ def _plan_append(
     allow_orphans: bool,
     seq: int,
     ts: float,
+    start: Any = UNSET,
 ) -> tuple[list[dict[str, Any]], list[str], str | None]:
-    if function is not None:
+    """The events of an append (`start`: the head of a branch made in the same write)."""
+    if start is not UNSET:
+        head, branch_name = start, branch
+    elif function is not None:
         fn = g.node(function)
         if fn.kind != "function":
             raise InvalidGraph(f"node {function!r} is not a function", nodeId=function)
@@ -485,9 +637,13 @@ def _plan_append(
     new_calls: dict[str, list[str]] = {}  # new assistant id -> its tool node ids
     answered: set[str] = set()
     cursor = head
+    # the thread appended to: a tool_use id is unique on it, and a result answers its call
+    # there (an id may recur on another branch: a client's compacted history repeats them)
+    thread = g.path(head, function)
     for spec in specs:
         if isinstance(spec, ResultSpec):
-            tid = tool_ids.get(spec.tool_use_id) or g.by_tool_use_id.get(spec.tool_use_id)
+            stored = g.tool_by_use_id(spec.tool_use_id, thread)
+            tid = tool_ids.get(spec.tool_use_id) or (stored.id if stored is not None else None)
             if tid is None:
                 raise InvalidPairing(
                     f"tool_result for unknown tool_use_id {spec.tool_use_id!r}: no call has it",
@@ -552,7 +708,7 @@ def _plan_append(
         cursor = node_id
         calls = new_calls.setdefault(node_id, [])
         for call in spec.calls:
-            if call.tool_use_id in g.by_tool_use_id or call.tool_use_id in tool_ids:
+            if call.tool_use_id in tool_ids or _on_thread(g, call.tool_use_id, thread):
                 raise InvalidPairing(
                     f"duplicate tool_use_id {call.tool_use_id!r}", toolUseId=call.tool_use_id
                 )
@@ -575,6 +731,11 @@ def _plan_append(
             calls.append(tid)
             seq += 1
     return events, ids, cursor if cursor is not None else head
+
+
+def _on_thread(g: Graph, tool_use_id: str, thread: Path) -> bool:
+    """Whether a stored call with this id lies on the thread being appended to."""
+    return any(g.on_path(node_id, thread) for node_id in g.calls_by_use_id.get(tool_use_id, ()))
 
 
 def _use_id_of(tool_ids: dict[str, str], node_id: str) -> str | None:

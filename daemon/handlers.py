@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from ..context.budget import Budget, known_model
 from ..context.engine import RenderParams as EngineRenderParams
 from ..context.policy import policy_from_config
+from ..context.recall import Search
 from ..context.render.request import Rendered, RequestSpec
 from ..context.session import UNSET, Session
 from ..context.visibility import ViewOptions
@@ -15,6 +16,7 @@ from ..protocol import types as t
 from ..service.app import App
 from ..service.compaction import compact, render_with_cascade, replay_transcript
 from ..service.events import compaction_event, render_tokens
+from ..service.stats import session_summaries
 from ..service.stoppable import run_stoppable
 from .rpc import rpc
 
@@ -59,6 +61,40 @@ def assumptions(p: t.RenderParams, budget: Budget) -> list[str]:
     return []
 
 
+def sent_request(sent: dict[str, Any] | None) -> t.SentRequest | None:
+    """The last request as the proxy recorded it (`Engine.last_sent`), typed."""
+    if sent is None:
+        return None
+    return t.SentRequest(
+        at=float(sent.get("at") or 0.0),
+        model=sent.get("model"),
+        total=int(sent.get("total") or 0),
+        reported=sent.get("reported"),
+        window=int(sent.get("window") or 0),
+        limit=int(sent.get("limit") or 0),
+        output_reserve=int(sent.get("outputReserve") or 0),
+        free=int(sent.get("free") or 0),
+        categories=dict(sent.get("categories") or {}),
+        turns=int(sent.get("turns") or 0),
+        turns_shown=int(sent.get("turnsShown") or 0),
+    )
+
+
+def proxied_session(sums: dict[str, Any] | None) -> t.ProxiedSession | None:
+    """A session's sums in the request log (`service.stats`), as `session/list` shows them."""
+    if sums is None:
+        return None
+    return t.ProxiedSession(
+        agent=sums["agent"],
+        model=sums["model"],
+        state=sums["state"],
+        requests=sums["requests"],
+        passed_through=sums["passedThrough"],
+        saved_input_tokens=sums["savedInputTokens"],
+        saved_usd=sums["savedUsd"],
+    )
+
+
 def register(server: Any, app: App) -> None:
     """Every method: params checked by `rpc` on the loop, the engine's work in the session's
     turn off it (`App.run`), so one session's load or render never holds up another's."""
@@ -76,6 +112,10 @@ def register(server: Any, app: App) -> None:
 
     @rpc(server, m.SESSION_LIST)
     async def session_list(ls: CompactdServer, p: t.ListParams) -> t.ListResult:
+        listed = await app.listing(p.prefix)
+        proxied = (
+            await app.work.run(None, lambda: session_summaries(engine.store)) if listed else {}
+        )
         out = [
             t.SessionInfo(
                 sid,
@@ -86,8 +126,9 @@ def register(server: Any, app: App) -> None:
                 title=counts.title,
                 turns=counts.turns,
                 tokens=counts.tokens,
+                proxied=proxied_session(proxied.get(sid)),
             )
-            for sid, stat, counts in await app.listing(p.prefix)
+            for sid, stat, counts in listed
         ]
         out.sort(key=lambda info: (-info.modified, info.session_id))  # newest first
         return t.ListResult(out)
@@ -221,6 +262,7 @@ def register(server: Any, app: App) -> None:
                 turns=tokens["turns"],
                 turns_shown=tokens["turnsShown"],
                 warnings=assumptions(p, rendered.budget),
+                sent=sent_request(engine.last_sent(session.id)),
             )
 
         return await app.run(p.session_id, work)
@@ -254,10 +296,12 @@ def register(server: Any, app: App) -> None:
 
     @rpc(server, m.CONTEXT_RECALL)
     async def context_recall(ls: CompactdServer, p: t.RecallParams) -> t.RecallResult:
+        search = Search.of(p.search, p.regex, p.context)  # refused before any read
+
         def work(session: Session) -> t.RecallResult:
-            got = engine.recall(session.id, p.handle, p.start_line, p.end_line, p.branch)
+            got = engine.recall(session.id, p.handle, p.start_line, p.end_line, p.branch, search)
             return t.RecallResult(
-                got.text, got.total_lines, got.start_line, got.end_line, got.truncated
+                got.text, got.total_lines, got.start_line, got.end_line, got.truncated, got.matches
             )
 
         return await app.run(p.session_id, work)

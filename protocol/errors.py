@@ -35,6 +35,12 @@ ERRORS: dict[str, tuple[int, str]] = {
         "A path the daemon will not read: not a regular file, a NUL byte in it, or a file "
         "outside the transcript's own folder.",
     ),
+    "invalid_search": (
+        4016,
+        "A recall search compactd will not run: empty, too long, a regular expression RE2 does "
+        "not take (backreferences, lookaround, a repetition over 1,000), or context out of "
+        "range; nothing was written.",
+    ),
     "pending_tool_results": (4020, "The head still waits for tool results."),
     "head_conflict": (4030, "expectedHead did not match: another writer moved the thread."),
     "cannot_fit": (4040, "Nothing the cascade may do brings the request under its limit."),

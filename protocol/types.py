@@ -46,6 +46,19 @@ class ListParams:
 
 
 @attrs.define
+class ProxiedSession:
+    """What the proxy recorded of a session it relayed (`compactd stats` has the rest)."""
+
+    agent: str | None
+    model: str | None
+    state: str  # "managed", or how many of its requests went upstream unmanaged
+    requests: int
+    passed_through: int
+    saved_input_tokens: int  # in input-token equivalents (`compactd stats` says how priced)
+    saved_usd: float | None  # None: a model without a published price
+
+
+@attrs.define
 class SessionInfo:
     """One stored session: what `compactd sessions` shows (newest first)."""
 
@@ -57,6 +70,7 @@ class SessionInfo:
     title: str | None = None
     turns: int = 0
     tokens: int = 0  # the current branch rendered with the defaults, in compactd's estimate
+    proxied: ProxiedSession | None = None  # a session the proxy relayed
 
 
 @attrs.define
@@ -276,6 +290,24 @@ class RenderResult:
 
 
 @attrs.define
+class SentRequest:
+    """The last request a front sent for the session, as it measured it then: at the model and
+    window it used, its system prompt and tools counted, beside the provider's own count."""
+
+    at: float
+    model: str | None
+    total: int  # compactd's estimate, calibrated
+    reported: int | None  # the provider's count of the same request
+    window: int
+    limit: int
+    output_reserve: int
+    free: int
+    categories: dict[str, int]
+    turns: int
+    turns_shown: int
+
+
+@attrs.define
 class MeasureResult:
     total: int
     window: int
@@ -288,6 +320,7 @@ class MeasureResult:
     turns: int
     turns_shown: int
     warnings: list[str] = attrs.field(factory=list)
+    sent: SentRequest | None = None  # a proxied session's last request, as sent
 
 
 @attrs.define
@@ -359,22 +392,32 @@ class UncollapseResult:
 @attrs.define
 class RecallParams:
     """Answer the model's `compactd_recall` call: lines of what a handle in a rendered
-    marker stands for, at most `recallMaxChars` characters of whole lines."""
+    marker stands for, at most `recallMaxChars` characters of whole lines — or, with
+    `search`, the lines that contain it (plain text; `regex`: an RE2 regular expression),
+    each with its number and `context` lines around it (default 1, at most 5); `startLine`
+    and `endLine` then bound the lines searched."""
 
     session_id: str
     handle: str
     start_line: int | None = None
     end_line: int | None = None
     branch: str | None = None
+    search: str | None = None
+    regex: bool | None = None
+    context: int | None = None
 
 
 @attrs.define
 class RecallResult:
+    """`endLine`: the last line the answer covers (a cut one, `truncated`, goes on from the
+    next); `matches`: for a search, how many lines matched in all."""
+
     text: str
     total_lines: int
     start_line: int
     end_line: int
     truncated: bool
+    matches: int | None = None
 
 
 @attrs.define

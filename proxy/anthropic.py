@@ -19,7 +19,10 @@ from typing import Any
 import attrs
 import orjson
 
+from ..context.errors import CannotFit
 from ..context.recall import TOOL_NAME as RECALL_TOOL
+from ..service.stats import Usage
+from .sse import encode
 
 CLEAR_THINKING = "clear_thinking_20251015"
 PER_TURN_CONTROL = "per-turn-control-2026-07-01"
@@ -30,20 +33,93 @@ _SESSION_IN_USER_ID = re.compile(r"session_([0-9a-fA-F-]{8,64})")
 
 
 class ApiError(Exception):
-    """An answer in the API's own error shape: `{"type":"error","error":{type, message}}`."""
+    """An answer in the API's own error shape: `{"type":"error","error":{type, message}}`
+    (`code`: OpenAI's `error.code`, where its APIs have one)."""
 
-    def __init__(self, status: int, kind: str, message: str) -> None:
+    def __init__(self, status: int, kind: str, message: str, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.kind = kind
         self.message = message
+        self.code = code
 
     def body(self) -> dict[str, Any]:
         return {"type": "error", "error": {"type": self.kind, "message": self.message}}
 
+    def own_body(self) -> Any:
+        """The upstream's own error body when the upstream said it (None: the proxy's)."""
+        return None
+
 
 def invalid(message: str) -> ApiError:
     return ApiError(400, "invalid_request_error", message)
+
+
+def error_envelope(exc: ApiError) -> dict[str, Any]:
+    """`exc` in this API's error shape: the upstream's own words where it refused in it."""
+    own = exc.own_body()
+    if isinstance(own, dict) and own.get("type") == "error" and isinstance(own.get("error"), dict):
+        return own
+    return exc.body()
+
+
+def error_event(exc: ApiError) -> bytes:
+    """A failure inside a stream, as the Messages API reports one: an `error` event (the SDKs
+    raise on it; a stream that just ends would be taken for a whole message)."""
+    return encode("error", error_envelope(exc))
+
+
+def is_anthropic_request(headers: Mapping[str, str]) -> bool:
+    """A request written for the Messages API: its SDKs send `anthropic-version` (and
+    `x-api-key`, or a bearer token); OpenAI's send neither."""
+    return "anthropic-version" in headers or "x-api-key" in headers
+
+
+def check_content_type(value: str | None, wire: str) -> None:
+    """A body the APIs read is JSON: another content type is refused as they refuse it (a
+    400 naming it) before anything is kept; no header at all is taken as JSON."""
+    media = (value or "application/json").split(";", 1)[0].strip().lower()
+    if media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    ):
+        return
+    if wire == "anthropic":
+        raise invalid(
+            f"Unsupported content type: {value!r}. This API accepts 'application/json' requests."
+        )
+    raise ApiError(
+        400,
+        "invalid_request_error",
+        f"Unsupported content type: {value!r}. This API method only accepts "
+        f"'application/json' requests, but you specified the header 'Content-Type: {value}'. "
+        "Please try again with a supported content type.",
+        "unsupported_content_type",
+    )
+
+
+def too_long(exc: CannotFit, wire: str) -> ApiError:
+    """The proxy's own "cannot fit" in the words each API uses for a prompt over the window,
+    so the agent's reaction to it — its own compaction — runs: `prompt is too long: N tokens
+    > M maximum` (Messages), or `context_length_exceeded` (Chat Completions, Responses)."""
+    limit = int(exc.data.get("limit") or 0)
+    tokens = max(int(exc.data.get("tokens") or exc.data.get("reported") or 0), limit + 1)
+    if wire == "chat":
+        return ApiError(
+            400,
+            "invalid_request_error",
+            f"This model's maximum context length is {limit} tokens. However, your messages "
+            f"resulted in {tokens} tokens. Please reduce the length of the messages.",
+            "context_length_exceeded",
+        )
+    if wire == "responses":
+        return ApiError(
+            400,
+            "invalid_request_error",
+            "Your input exceeds the context window of this model. Please adjust your input "
+            "and try again.",
+            "context_length_exceeded",
+        )
+    return invalid(f"prompt is too long: {tokens} tokens > {limit} maximum")
 
 
 @attrs.frozen
@@ -144,12 +220,27 @@ def read_messages_request(body: Any) -> MessagesRequest:
     )
 
 
-def session_key(headers: Mapping[str, str], body: dict[str, Any]) -> str:
-    """Which conversation a request belongs to: Claude Code's session header, else the session
-    id inside `metadata.user_id`, else a hash of the system prompt and the first message."""
+@attrs.frozen
+class SessionKey:
+    """Which session a request belongs to: `value` is the session the client names
+    (`named`), or a digest of how its conversation starts — conversations that start alike
+    are then told apart by the proxy (`Proxy._keyless`)."""
+
+    value: str
+    named: bool
+
+
+def opening(*parts: Any) -> SessionKey:
+    """The key of a conversation that names no session: a digest of how it starts."""
+    return SessionKey("h" + hashlib.sha256(orjson.dumps(parts)).hexdigest()[:31], False)
+
+
+def session_key(headers: Mapping[str, str], body: dict[str, Any]) -> SessionKey:
+    """Claude Code's session header, else the session id inside `metadata.user_id`, else the
+    system prompt and the first message (`opening`)."""
     header = headers.get(SESSION_HEADER)
     if header:
-        return header
+        return SessionKey(header, True)
     metadata = body.get("metadata")
     user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
     if isinstance(user_id, str) and user_id:
@@ -158,13 +249,12 @@ def session_key(headers: Mapping[str, str], body: dict[str, Any]) -> str:
         except orjson.JSONDecodeError:
             parsed = None
         if isinstance(parsed, dict) and isinstance(parsed.get("session_id"), str):
-            return parsed["session_id"]
+            return SessionKey(parsed["session_id"], True)
         found = _SESSION_IN_USER_ID.search(user_id)
         if found:
-            return found.group(1)
+            return SessionKey(found.group(1), True)
     first = (body.get("messages") or [None])[0]
-    seed = orjson.dumps([strip_cache_control(body.get("system")), strip_cache_control(first)])
-    return "h" + hashlib.sha256(seed).hexdigest()[:31]
+    return opening(strip_cache_control(body.get("system")), strip_cache_control(first))
 
 
 def merge_context_management(client: Any, ours: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -232,6 +322,19 @@ def prompt_tokens(usage: Mapping[str, Any]) -> int:
     return sum(
         int(usage.get(k) or 0)
         for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    )
+
+
+def counted(usage: Any) -> Usage | None:
+    """A Messages answer's `usage` in the stats' terms: uncached input, cache reads
+    (`cache_read_input_tokens`), cache writes (`cache_creation_input_tokens`), output."""
+    if not isinstance(usage, Mapping) or not isinstance(usage.get("input_tokens"), int):
+        return None
+    return Usage(
+        input=int(usage.get("input_tokens") or 0),
+        cache_read=int(usage.get("cache_read_input_tokens") or 0),
+        cache_write=int(usage.get("cache_creation_input_tokens") or 0),
+        output=int(usage.get("output_tokens") or 0),
     )
 
 

@@ -33,6 +33,16 @@ from ..context.graph import Graph, Node
 _FP_KEY = "proxy-fingerprint"
 
 
+class PassThrough(Exception):
+    """A request whose history cannot be kept: it goes upstream as the client sent it, that
+    request only (`reason` says why; `session_id` is where it would have gone)."""
+
+    def __init__(self, reason: str, session_id: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.session_id = session_id
+
+
 def _digest(value: Any) -> str:
     return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
 
@@ -111,6 +121,17 @@ def request_fingerprints(specs: list[Spec]) -> list[str]:
         run = []
         if spec is not None:
             out.append(spec_fingerprint(spec))
+    return out
+
+
+def chain(fingerprints: list[str]) -> list[str]:
+    """Every prefix of a request's history as one digest: a conversation's next request holds
+    the previous one as a prefix, so the previous one's last digest is among these."""
+    running = hashlib.sha256()
+    out = []
+    for fingerprint in fingerprints:
+        running.update(fingerprint.encode())
+        out.append(running.hexdigest()[:32])
     return out
 
 

@@ -1,11 +1,16 @@
 """The proxy's side of HTTP: which headers are the connection's own (never relayed), the
-upstream's headers a client sees, and one upstream request as a context manager."""
+upstream's headers a client sees, one upstream request as a context manager, an upstream's
+answer read whole (a reset is the API's 502, never a traceback), and the upstream's refusals."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import aiohttp
+import orjson
+from aiohttp import web
 
 from .anthropic import ApiError
 
@@ -74,3 +79,59 @@ class Upstream:
 
     async def __aexit__(self, *exc: object) -> None:
         await self._cm.__aexit__(*exc)
+
+
+class UpstreamRefusal(ApiError):
+    """The upstream's own error answer (its status, body and headers): relayed as it came to
+    a client still waiting for a status, or in the client's stream as that wire reports an
+    error (each wire reads the body in its own shape, `own_body`)."""
+
+    def __init__(self, status: int, raw: bytes, headers: dict[str, str]) -> None:
+        super().__init__(status, "api_error", f"the upstream refused the request ({status})")
+        self.raw = raw
+        self.headers = headers
+
+    def own_body(self) -> Any:
+        try:
+            return orjson.loads(self.raw)
+        except orjson.JSONDecodeError:
+            return None
+
+
+def broke(message: str) -> ApiError:
+    """The upstream's answer given up: the API's 502, saying why."""
+    return ApiError(502, "api_error", f"compactd's proxy gave up the upstream's answer: {message}")
+
+
+async def next_chunk(upstream: aiohttp.ClientResponse, idle: float) -> bytes:
+    """The upstream's next bytes (b"": its end). A reset, or a silence longer than `idle`
+    seconds once the answer has begun, is a `broke` error (a stream the upstream keeps alive
+    sends pings well within it)."""
+    try:
+        async with asyncio.timeout(idle):
+            return await upstream.content.readany()
+    except TimeoutError:
+        raise broke(f"the upstream sent nothing for {idle:g} s") from None
+    except aiohttp.ClientError as exc:
+        raise broke(f"the connection broke off ({type(exc).__name__})") from None
+
+
+async def read_whole(upstream: aiohttp.ClientResponse, idle: float) -> bytes:
+    """An upstream's whole answer; one that breaks off or stalls on the way is the API's 502."""
+    parts = []
+    while chunk := await next_chunk(upstream, idle):
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def refusal(upstream: aiohttp.ClientResponse, idle: float) -> UpstreamRefusal:
+    """The upstream's error answer, read, as the exception that relays it."""
+    return UpstreamRefusal(
+        upstream.status, await read_whole(upstream, idle), response_headers(upstream, json=False)
+    )
+
+
+def client_gone(request: web.BaseRequest) -> bool:
+    """The client closed its connection (it will read nothing more)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()

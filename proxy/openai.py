@@ -15,6 +15,7 @@ server-side), and a request carries no `cache_control`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -26,9 +27,12 @@ from aiohttp import web
 from ..context.decompose import Spec, from_anthropic, from_openai
 from ..context.recall import RECALL_TOOL
 from ..context.recall import TOOL_NAME as RECALL_NAME
-from .anthropic import ApiError, invalid
+from ..service.stats import Usage
+from .anthropic import ApiError, SessionKey, check_content_type, invalid, opening
+from .history import PassThrough
 from .http import response_headers
-from .sse import Event, EventSplitter, encode
+from .relay import ClientStream, relay_answer, scrubbed, whole_answer
+from .sse import Event, encode
 
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/responses")
 SESSION_CONFIG = {"microcompactMode": "time"}
@@ -40,6 +44,9 @@ OUTPUT_ITEMS = {
     "custom_tool_call_output": "custom_tool_call",
 }
 SESSION_HEADERS = ("session-id", "session_id", "conversation_id", "thread-id")
+
+
+_NOTHING_TO_KEEP = "it holds only the instructions, no conversation to keep"
 
 
 def is_openai_path(path: str) -> bool:
@@ -61,9 +68,17 @@ def error_body(exc: ApiError) -> dict[str, Any]:
             "message": exc.message,
             "type": _OPENAI_TYPES.get(exc.kind, exc.kind),
             "param": None,
-            "code": "not_found" if exc.status == 404 else None,
+            "code": exc.code or ("not_found" if exc.status == 404 else None),
         }
     }
+
+
+def error_envelope(exc: ApiError) -> dict[str, Any]:
+    """`exc` in OpenAI's error shape: the upstream's own words where it refused in it."""
+    own = exc.own_body()
+    if isinstance(own, dict) and isinstance(own.get("error"), dict):
+        return own
+    return error_body(exc)
 
 
 def recall_function(kind: str) -> dict[str, Any]:
@@ -86,18 +101,17 @@ def recall_function(kind: str) -> dict[str, Any]:
     }
 
 
-def session_key(headers: Any, body: dict[str, Any], conversation: Any) -> str:
-    """Codex's session (a header, or `prompt_cache_key`), else a hash of what starts it."""
+def session_key(headers: Any, body: dict[str, Any], conversation: list[Any]) -> SessionKey:
+    """Codex's session (a header, or `prompt_cache_key`), else what starts the conversation
+    (`opening`: its instructions and first message, the same in every request of it)."""
     for name in SESSION_HEADERS:
         value = headers.get(name)
         if value:
-            return str(value)
+            return SessionKey(str(value), True)
     for key in ("prompt_cache_key", "user"):
         if isinstance(body.get(key), str) and body[key]:
-            return body[key]
-    import hashlib
-
-    return "h" + hashlib.sha256(orjson.dumps(conversation)).hexdigest()[:31]
+            return SessionKey(body[key], True)
+    return opening(*conversation)
 
 
 def _text(parts: Any) -> str:
@@ -134,6 +148,24 @@ def _output_content(output: Any) -> Any:
     return orjson.dumps(output).decode()
 
 
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+
+
+def _image_block(part: dict[str, Any]) -> dict[str, Any] | None:
+    """An `input_image` of inline bytes as the session's image block, so it is priced as an
+    image (by its size), not as its base64 text; its other keys ride along for the way back.
+    None for any other image (a URL, a file id): it stays an opaque item."""
+    url = part.get("image_url")
+    if not (isinstance(url, str) and url.startswith("data:") and ";base64," in url):
+        return None
+    media, data = url[5:].split(";base64,", 1)
+    if media not in IMAGE_TYPES:
+        return None
+    rest = {k: v for k, v in part.items() if k not in ("type", "image_url")}
+    block = {"type": "image", "source": {"type": "base64", "media_type": media, "data": data}}
+    return {**block, "openai": rest} if rest else block
+
+
 def _user_blocks(content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
@@ -141,6 +173,8 @@ def _user_blocks(content: Any) -> list[dict[str, Any]]:
     for part in content or []:
         if isinstance(part, dict) and part.get("type") in ("input_text", "output_text"):
             blocks.append({"type": "text", "text": str(part.get("text", ""))})
+        elif isinstance(part, dict) and part.get("type") == "input_image" and _image_block(part):
+            blocks.append(_image_block(part) or {})
         else:
             blocks.append({"type": OPAQUE, "item": part})
     return blocks
@@ -316,13 +350,8 @@ def messages_to_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             elif kind == "image":
                 source = block.get("source") or {}
                 url = f"data:{source.get('media_type')};base64,{source.get('data')}"
-                items.append(
-                    {
-                        "type": "message",
-                        "role": "user",
-                        "content": [{"type": "input_image", "image_url": url}],
-                    }
-                )
+                part = {"type": "input_image", "image_url": url, **(block.get("openai") or {})}
+                items.append({"type": "message", "role": "user", "content": [part]})
         if texts:
             items.append(_text_item(role, texts))
     return items
@@ -333,10 +362,11 @@ def messages_to_items(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @attrs.frozen
 class _Turn:
-    """A request of an OpenAI API, placed in its session, with its render's parameters."""
+    """A request of an OpenAI API, placed in its session and rendered."""
 
     placed: Any
     params: Any
+    rendered: Any
     max_out: int | None
 
 
@@ -353,28 +383,31 @@ async def _placed(
     max_out: Any,
     format: str,
     recall: bool | None = None,
-) -> _Turn | None:
+) -> _Turn:
     """The steps both OpenAI APIs share: the upstream reachable, the history in its session
-    (a client-side-clearing one), the render's parameters (no breakpoints); None when the
+    (a client-side-clearing one) and rendered (no breakpoints). `PassThrough` when the
     history cannot be kept (the request then goes on as the client wrote it)."""
     await proxy.reachable(proxy.settings.openai_upstream)
     model = body["model"]
-    placed = await proxy._place(
+    limit = max_out if isinstance(max_out, int) and max_out > 0 else None
+    tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+
+    def params(branch: str) -> Any:
+        made = proxy._params(model, limit or 0, system, tools, None, branch, format)
+        spec = attrs.evolve(made.spec, cache=False, recall=recall, server_edits=False)
+        return attrs.evolve(made, spec=spec)
+
+    placed, rendered_params, rendered = await proxy.place(
         session_key(request.headers, body, seed),
         messages,
         request,
         model,
+        params,
         decompose=decompose,
         config=SESSION_CONFIG,
         wire=wire,
     )
-    if placed is None:
-        return None
-    limit = max_out if isinstance(max_out, int) and max_out > 0 else None
-    tools = body.get("tools") if isinstance(body.get("tools"), list) else None
-    params = proxy._params(model, limit or 0, system, tools, None, placed.branch, format)
-    spec = attrs.evolve(params.spec, cache=False, recall=recall)
-    return _Turn(placed, attrs.evolve(params, spec=spec), limit)
+    return _Turn(placed, rendered_params, rendered, limit)
 
 
 def _capped(proxy: Any, out: dict[str, Any], key: str, turn: _Turn, rendered: Any) -> None:
@@ -400,23 +433,24 @@ async def responses(proxy: Any, request: web.Request) -> web.StreamResponse:
     fixed, rest = split_instructions(items)
     messages = items_to_messages(rest)
     if not messages:
-        return await proxy._plain(request, body)
+        return await proxy._plain(request, body, _NOTHING_TO_KEEP, kind="no conversation")
     instructions = [body.get("instructions") or "", *(_text(i.get("content")) for i in fixed)]
-    turn = await _placed(
-        proxy,
-        request,
-        body,
-        seed=items[:3],
-        messages=messages,
-        decompose=from_anthropic,
-        wire="responses",
-        system="\n\n".join(t for t in instructions if t) or None,
-        max_out=body.get("max_output_tokens"),
-        format="anthropic",
-    )
-    if turn is None:
-        return await proxy._plain(request, body)
-    recall = proxy.recall_on(turn.placed)
+    try:
+        turn = await _placed(
+            proxy,
+            request,
+            body,
+            seed=[body.get("instructions"), *fixed, *rest[:1]],
+            messages=messages,
+            decompose=from_anthropic,
+            wire="responses",
+            system="\n\n".join(t for t in instructions if t) or None,
+            max_out=body.get("max_output_tokens"),
+            format="anthropic",
+        )
+    except PassThrough as why:
+        return await proxy._plain(request, body, why.reason, why.session_id)
+    recall = turn.placed.recall
     tools = body.get("tools") if isinstance(body.get("tools"), list) else []
 
     def build(rendered: Any) -> dict[str, Any]:
@@ -430,8 +464,7 @@ async def responses(proxy: Any, request: web.Request) -> web.StreamResponse:
     return await _exchange(
         proxy,
         request,
-        turn.placed,
-        turn.params,
+        turn,
         body["model"],
         build,
         ResponsesStream,
@@ -454,24 +487,25 @@ async def chat_completions(proxy: Any, request: web.Request) -> web.StreamRespon
         n += 1
     fixed, rest = raw[:n], [_chat_system_turn(m) for m in raw[n:]]
     if not rest:
-        return await proxy._plain(request, body)
+        return await proxy._plain(request, body, _NOTHING_TO_KEEP, kind="no conversation")
     stream = body.get("stream") is True
-    turn = await _placed(
-        proxy,
-        request,
-        body,
-        seed=raw[:3],
-        messages=rest,
-        decompose=from_openai,
-        wire="chat",
-        system="\n\n".join(_text(m.get("content")) for m in fixed) or None,
-        max_out=body.get("max_completion_tokens") or body.get("max_tokens"),
-        format="openai",
-        recall=False if stream else None,  # a streamed call cannot be held back here
-    )
-    if turn is None:
-        return await proxy._plain(request, body)
-    recall = proxy.recall_on(turn.placed) and not stream
+    try:
+        turn = await _placed(
+            proxy,
+            request,
+            body,
+            seed=[*fixed, *rest[:1]],
+            messages=rest,
+            decompose=from_openai,
+            wire="chat",
+            system="\n\n".join(_text(m.get("content")) for m in fixed) or None,
+            max_out=body.get("max_completion_tokens") or body.get("max_tokens"),
+            format="openai",
+            recall=False if stream else None,  # a streamed call cannot be held back here
+        )
+    except PassThrough as why:
+        return await proxy._plain(request, body, why.reason, why.session_id)
+    recall = turn.placed.recall and not stream
     tools = body.get("tools") if isinstance(body.get("tools"), list) else []
 
     def build(rendered: Any) -> dict[str, Any]:
@@ -487,8 +521,7 @@ async def chat_completions(proxy: Any, request: web.Request) -> web.StreamRespon
     return await _exchange(
         proxy,
         request,
-        turn.placed,
-        turn.params,
+        turn,
         body["model"],
         build,
         ChatStream,
@@ -506,6 +539,7 @@ def _chat_system_turn(message: Any) -> Any:
 
 async def _body(request: web.Request) -> dict[str, Any]:
     raw = await request.read()
+    check_content_type(request.headers.get("content-type"), "openai")
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -518,8 +552,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
 async def _exchange(
     proxy: Any,
     request: web.Request,
-    placed: Any,
-    params: Any,
+    turn: _Turn,
     model: str,
     build: Callable[[Any], dict[str, Any]],
     stream_kind: type[StreamRelay],
@@ -527,64 +560,81 @@ async def _exchange(
     stream: bool,
     recall: bool,
 ) -> web.StreamResponse:
-    """Render, send, retry once after Tier 5, relay; the usage goes to the session."""
-    rendered = await proxy._render(placed, params)
+    """Send, retry once after Tier 5 with fewer bytes, relay; the usage goes to the session,
+    and what the request wrote is kept once the upstream took it (`Proxy._settle`)."""
+    placed, rendered = turn.placed, turn.rendered
     base = proxy.settings.openai_upstream
+    outgoing = build(rendered)
     for attempt in (0, 1):
-        outgoing = build(rendered)
-        async with proxy._send("POST", base, request, outgoing, {}) as upstream:
+        async with (
+            proxy._answer(placed) as settle,
+            proxy._send("POST", base, request, outgoing, {}) as upstream,
+        ):
             if upstream.status != 200:
                 data = await upstream.read()
                 overflow = overflow_of(upstream.status, data)
                 if overflow is not None and attempt == 0:
-                    proxy.counts["overflow_retries"] += 1
-                    retried = await proxy._rerender(placed, params, overflow)
-                    if retried is not None:
-                        rendered = retried
+                    retried = await proxy._rerender(placed, turn.params, overflow)
+                    if retried is not None and proxy.smaller(build(retried), outgoing, placed):
+                        rendered, outgoing = retried, build(retried)
                         continue
+                await settle(upstream.status)
                 proxy.counts["upstream_errors"] += 1
                 return web.Response(status=upstream.status, body=data, headers=_headers(upstream))
+            await settle(200)
             relay = stream_kind(recall=recall)
-            if stream:
-                response = web.StreamResponse(status=200, headers=_headers(upstream))
-                await response.prepare(request)
-                await relay.pump(upstream, response)
-                body = outgoing
-                for _ in range(3):
-                    calls = relay.follow_up_calls()
-                    if not calls:
-                        break
-                    body = relay.follow_up(body, proxy._answers(placed, calls))
-                    relay.continue_with_next_stream()
-                    async with proxy._send("POST", base, request, body, {}) as follow:
-                        if follow.status != 200:
-                            break
-                        await relay.pump(follow, response)
-                await relay.finish(response)
-                await response.write_eof()
-            else:
-                message = orjson.loads(await upstream.read())
-                body = outgoing
-                relay.take(message)
-                for _ in range(3):
-                    calls = relay.follow_up_calls()
-                    if not calls:
-                        break
-                    body = relay.follow_up(body, proxy._answers(placed, calls))
-                    async with proxy._send("POST", base, request, body, {}) as follow:
-                        if follow.status != 200:
-                            break
-                        relay.take(orjson.loads(await follow.read()))
-                response = web.json_response(
-                    relay.answer(),
-                    dumps=lambda v: orjson.dumps(v).decode(),
-                    headers={
-                        k: v for k, v in _headers(upstream).items() if k.lower() != "content-type"
-                    },
-                )
-            await proxy.report(placed, model, rendered, relay.usage, None)
-            return response
+            return await _answer(
+                proxy, request, upstream, placed, model, rendered, outgoing, relay, stream=stream
+            )
     raise AssertionError("unreachable")
+
+
+async def _answer(
+    proxy: Any,
+    request: web.Request,
+    upstream: aiohttp.ClientResponse,
+    placed: Any,
+    model: str,
+    rendered: Any,
+    outgoing: dict[str, Any],
+    relay: StreamRelay,
+    *,
+    stream: bool,
+) -> web.StreamResponse:
+    """The upstream's answer to the client, recall rounds included (see `relay`); a failed
+    answer records nothing."""
+    base = proxy.settings.openai_upstream
+
+    async def next_body(body: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any]:
+        return relay.follow_up(body, await proxy.answers(placed, calls))
+
+    def send(body: dict[str, Any]) -> Any:
+        return proxy._send("POST", base, request, body, {})
+
+    if stream:
+        client = ClientStream(request, _headers(upstream))
+        done = await relay_answer(
+            client, relay, upstream, outgoing, next_body, send, proxy.settings.upstream_idle_seconds
+        )
+        response = await client.end()
+    else:
+        await whole_answer(
+            relay, upstream, outgoing, next_body, send, proxy.settings.upstream_idle_seconds
+        )
+        done = True
+        response = web.json_response(
+            relay.answer(),
+            dumps=lambda v: orjson.dumps(v).decode(),
+            headers={k: v for k, v in _headers(upstream).items() if k.lower() != "content-type"},
+        )
+    if done:
+        first, *follow_ups = relay.rounds or [None]
+        for used in follow_ups:
+            proxy.followed_up(placed, model, used)
+        await asyncio.shield(
+            proxy.report(placed, model, rendered, relay.usage, None, counted=first)
+        )
+    return response
 
 
 def _headers(upstream: aiohttp.ClientResponse) -> dict[str, str]:
@@ -611,38 +661,43 @@ def overflow_of(status: int, data: bytes) -> Any:
 
 
 class StreamRelay:
-    """What every OpenAI relay does; the two APIs fill in their shapes."""
+    """What every OpenAI relay does (streamed, or a whole answer taken in rounds); the two
+    APIs fill in their shapes (see `relay` for what the driver asks of them)."""
 
     def __init__(self, *, recall: bool) -> None:
         self.recall = recall
         self.usage: dict[str, Any] | None = None
         self.continuing = False
-
-    async def pump(self, upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> None:
-        splitter = EventSplitter()
-        try:
-            async for chunk in upstream.content.iter_any():
-                for event in splitter.feed(chunk):
-                    out = self.event(event)
-                    if out:
-                        await response.write(out)
-        except (aiohttp.ClientError, TimeoutError):
-            pass
-        rest = splitter.rest()
-        if rest:
-            await response.write(rest)
+        self.rounds: list[Usage | None] = []  # each upstream answer's usage, the stats' terms
+        self.ended = False  # this upstream stream reached its last event
+        self.failed = False  # the upstream reported a failure in it
 
     def event(self, event: Event) -> bytes | None:
+        raise NotImplementedError
+
+    def failure(self, exc: ApiError) -> bytes:
         raise NotImplementedError
 
     def follow_up_calls(self) -> list[dict[str, Any]]:
         return []
 
+    def follow_up(self, body: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @property
+    def whole_at_close(self) -> bool:
+        """A clean close now leaves the client a whole answer."""
+        return self.ended
+
     def continue_with_next_stream(self) -> None:
         self.continuing = True
+        self.ended = False
 
-    async def finish(self, response: web.StreamResponse) -> None:
-        return None
+    def take(self, answer: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def answer(self) -> dict[str, Any]:
+        raise NotImplementedError
 
 
 class ResponsesStream(StreamRelay):
@@ -660,6 +715,7 @@ class ResponsesStream(StreamRelay):
         self._completed: dict[str, Any] | None = None
         self._held_end: Event | None = None
         self._id: str | None = None  # the first response's id, the one the client knows
+        self._snapshot: dict[str, Any] = {}  # the response as the client last saw it whole
 
     def _renumbered(self, event: Event, data: dict[str, Any]) -> bytes:
         data = dict(data)
@@ -676,8 +732,12 @@ class ResponsesStream(StreamRelay):
         if kind in ("response.created", "response.in_progress", "response.queued"):
             if self.continuing:
                 return None
-            self._id = (data.get("response") or {}).get("id", self._id)
+            self._snapshot = dict(data.get("response") or {})
+            self._id = self._snapshot.get("id", self._id)
             return self._renumbered(event, data)
+        if kind == "error":  # the API's own report of a failure mid-stream
+            self.ended = self.failed = True
+            return scrubbed(self._renumbered(event, data))
         if "output_index" in data:
             index = data["output_index"]
             if kind == "response.output_item.added":
@@ -696,8 +756,11 @@ class ResponsesStream(StreamRelay):
                 return None
             return self._renumbered(event, {**data, "output_index": target})
         if kind in ("response.completed", "response.incomplete", "response.failed"):
+            self.ended = True
+            self.failed = kind == "response.failed"
             response = dict(data.get("response") or {})
             self.usage = _responses_usage(response.get("usage"))
+            self.rounds.append(responses_counted(response.get("usage")))
             self._completed = response
             if not self.output:  # the stream carried no item events: take the final output
                 self.output = list(response.get("output") or [])
@@ -708,8 +771,27 @@ class ResponsesStream(StreamRelay):
             response["output"] = self.visible if self.recall else response.get("output")
             if self._id is not None:  # one response for the client, whatever the rounds
                 response["id"] = self._id
-            return self._renumbered(event, {**data, "response": response})
+            out = self._renumbered(event, {**data, "response": response})
+            return scrubbed(out) if self.failed else out
         return self._renumbered(event, data) if "sequence_number" in data else event.raw
+
+    def failure(self, exc: ApiError) -> bytes:
+        """A failure as the Responses API ends a stream with one: `response.failed`, the
+        response carrying its `error` (Codex retries on it; a stream that just stops is an
+        error to it too, but one it cannot tell apart)."""
+        error = error_envelope(exc)["error"]
+        code = error.get("code") or _FAILED_CODES.get(str(error.get("type")), "server_error")
+        response = {
+            **self._snapshot,
+            "object": "response",
+            "status": "failed",
+            "error": {"code": code, "message": str(error.get("message") or exc.message)},
+            "output": self.visible,
+        }
+        if self._id is not None:
+            response["id"] = self._id
+        failed = {"type": "response.failed", "response": response, "sequence_number": 0}
+        return self._renumbered(Event(b"", "response.failed", failed), failed)
 
     def follow_up_calls(self) -> list[dict[str, Any]]:
         calls = [i for i in self.output if i.get("type") in ("function_call", "custom_tool_call")]
@@ -744,16 +826,48 @@ class ResponsesStream(StreamRelay):
             i for i in self.output if not (self.recall and i.get("name") == RECALL_NAME)
         )
         self.usage = _responses_usage(message.get("usage"))
+        self.rounds.append(responses_counted(message.get("usage")))
         self._completed = message
 
     def answer(self) -> dict[str, Any]:
         return {**(self._completed or {}), "output": self.visible}
 
 
+_FAILED_CODES = {"rate_limit_error": "rate_limit_exceeded"}
+"""A `response.failed` error's `code` for an error `type` that has its own (else server_error)."""
+
+
 def _responses_usage(usage: Any) -> dict[str, Any] | None:
     if not isinstance(usage, dict) or not isinstance(usage.get("input_tokens"), int):
         return None
     return {"input_tokens": usage["input_tokens"]}
+
+
+def _cached(details: Any) -> int:
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return cached if isinstance(cached, int) else 0
+
+
+def _counted(usage: Any, prompt: str, details: str, output: str) -> Usage | None:
+    if not isinstance(usage, dict) or not isinstance(usage.get(prompt), int):
+        return None
+    cached = _cached(usage.get(details))
+    out = usage.get(output)
+    return Usage(
+        input=usage[prompt] - cached, cache_read=cached, output=out if isinstance(out, int) else 0
+    )
+
+
+def responses_counted(usage: Any) -> Usage | None:
+    """A Responses answer's usage in the stats' terms: `input_tokens` holds the cached ones
+    (`input_tokens_details.cached_tokens`); OpenAI bills no cache write."""
+    return _counted(usage, "input_tokens", "input_tokens_details", "output_tokens")
+
+
+def chat_counted(usage: Any) -> Usage | None:
+    """A Chat Completions answer's usage in the stats' terms (`prompt_tokens` holds
+    `prompt_tokens_details.cached_tokens`)."""
+    return _counted(usage, "prompt_tokens", "prompt_tokens_details", "completion_tokens")
 
 
 class ChatStream(StreamRelay):
@@ -764,18 +878,40 @@ class ChatStream(StreamRelay):
         super().__init__(recall=recall)
         self._message: dict[str, Any] | None = None
         self._answer: dict[str, Any] | None = None
+        self.finish_seen = False
 
     def event(self, event: Event) -> bytes | None:
         data = event.data
-        if isinstance(data, dict) and isinstance(data.get("usage"), dict):
+        if event.done:
+            self.ended = True
+        if not isinstance(data, dict):
+            return event.raw
+        if data.get("error"):  # the API's own report of a failure mid-stream
+            self.ended = self.failed = True
+            return scrubbed(event.raw)
+        if isinstance(data.get("usage"), dict):
             self.usage = _chat_usage(data["usage"])
+            self.rounds.append(chat_counted(data["usage"]))
+        if any(isinstance(c, dict) and c.get("finish_reason") for c in data.get("choices") or []):
+            self.finish_seen = True  # the usage and `[DONE]` may follow
         return event.raw
+
+    @property
+    def whole_at_close(self) -> bool:
+        """`[DONE]`, or a close after the finish chunk (some servers leave `[DONE]` out)."""
+        return self.ended or self.finish_seen
+
+    def failure(self, exc: ApiError) -> bytes:
+        """A failure as Chat Completions reports one mid-stream: a chunk holding only `error`
+        (the SDKs raise on it)."""
+        return encode(None, error_envelope(exc))
 
     def take(self, answer: dict[str, Any]) -> None:
         choices = answer.get("choices") or [{}]
         message = dict((choices[0] or {}).get("message") or {})
         if self._answer is None:
             self.usage = _chat_usage(answer.get("usage"))
+        self.rounds.append(chat_counted(answer.get("usage")))
         self._message = message
         self._answer = answer
 

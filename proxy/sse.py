@@ -16,6 +16,8 @@ class Event:
     raw: bytes  # the event's bytes as they came, its blank line included
     name: str | None  # the `event:` line (Anthropic), None without one (OpenAI)
     data: Any  # the `data:` JSON, or None (`[DONE]`, a comment, a line that is not JSON)
+    done: bool = False  # OpenAI's `data: [DONE]`, the end of a Chat Completions stream
+    malformed: bool = False  # it has data, and the data is neither JSON nor `[DONE]`
 
 
 class EventSplitter:
@@ -54,13 +56,15 @@ def parse(raw: bytes) -> Event:
             name = line[6:].strip().decode("utf-8", "replace")
         elif line.startswith(b"data:"):
             data_lines.append(line[5:].lstrip(b" "))
-    data: Any = None
-    if data_lines:
-        try:
-            data = orjson.loads(b"\n".join(data_lines))
-        except orjson.JSONDecodeError:
-            data = None
-    return Event(raw, name, data)
+    if not data_lines:
+        return Event(raw, name, None)
+    text = b"\n".join(data_lines)
+    if text.strip() == b"[DONE]":
+        return Event(raw, name, None, done=True)
+    try:
+        return Event(raw, name, orjson.loads(text))
+    except orjson.JSONDecodeError:
+        return Event(raw, name, None, malformed=True)
 
 
 def encode(name: str | None, data: Any) -> bytes:

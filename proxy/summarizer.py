@@ -9,18 +9,36 @@ idle session after a restart says the provider is unavailable until the client i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 from anthropic import Omit
 
+from ..context.secrets import hold
 from ..context.summarizer.types import SummaryFailure, SummaryRequest, SummaryResult
 from ..service.providers.anthropic_provider import AnthropicSummaryProvider
+from ..service.stats import Usage
+
+Called = Callable[[str, str, str, str, Usage | None, bool], None]
+"""Told of each call: (session, purpose, model, wire, usage, whether it gave a summary)."""
 
 AUTH_HEADERS = ("x-api-key", "authorization")
 """The headers that carry a client's credentials: relayed upstream and nowhere else."""
 RELAYED_HEADERS = ("anthropic-version",)
+
+
+def credentials(headers: Mapping[str, str]) -> list[str]:
+    """The secrets a request carries (its API key, its bearer token)."""
+    found = []
+    for name in AUTH_HEADERS:
+        value = headers.get(name)
+        if not value:
+            continue
+        if value[:7].lower() == "bearer ":
+            value = value[7:].strip()
+        found.append(value)
+    return found
 
 
 @attrs.define
@@ -45,14 +63,37 @@ class UpstreamSummarizer:
         *,
         model: str | None,
         timeout_seconds: float,
+        called: Called | None = None,
     ) -> None:
         self.upstream = upstream
         self.credentials = credentials
         self.session_id = session_id
         self.model = model
         self.timeout_seconds = timeout_seconds
+        self.called = called
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
+        """One summary call, told to `called` (the proxy's stats) with its usage."""
+        held = self.credentials.get(self.session_id)
+        model = self.model or (held.model if held is not None else "")
+        wire = held.api if held is not None else "anthropic"
+        try:
+            result = await self._summarize(request)
+        except SummaryFailure as failure:
+            if self.called is not None and failure.kind not in ("unavailable", "timeout"):
+                self.called(self.session_id, request.purpose, model, wire, None, False)
+            raise
+        if self.called is not None:
+            usage = Usage(
+                input=result.input_tokens,
+                cache_read=result.cache_read_input_tokens,
+                cache_write=result.cache_creation_input_tokens,
+                output=result.output_tokens,
+            )
+            self.called(self.session_id, request.purpose, result.model or model, wire, usage, True)
+        return result
+
+    async def _summarize(self, request: SummaryRequest) -> SummaryResult:
         held = self.credentials.get(self.session_id)
         if held is None:
             raise SummaryFailure(
@@ -60,6 +101,8 @@ class UpstreamSummarizer:
                 "no request of this session has reached the proxy since it started, so there "
                 "are no credentials to ask the upstream with",
             )
+        # out of every log line, error and record, whatever the upstream's error echoes
+        hold(*credentials(held.headers))
         if held.api != "anthropic":
             return await openai_summary(
                 held, request, model=self.model or held.model, timeout=self.timeout_seconds
@@ -132,12 +175,17 @@ async def openai_summary(
     try:
         answer = orjson.loads(data)
     except orjson.JSONDecodeError:
+        answer = None
+    if not isinstance(answer, dict):
         answer = {}
+        if status == 200:
+            raise SummaryFailure("other", "the upstream's answer is not a JSON object")
     if status != 200:
-        error = answer.get("error") if isinstance(answer, dict) else None
-        message = str((error or {}).get("message") or f"HTTP {status}")[:300]
+        error = answer.get("error")
+        error = error if isinstance(error, dict) else {}
+        message = str(error.get("message") or f"HTTP {status}")[:300]
         kind = {401: "auth", 403: "auth", 429: "rate_limited"}.get(status, "other")
-        if (error or {}).get("code") == "context_length_exceeded":
+        if error.get("code") == "context_length_exceeded":
             kind = "prompt_too_long"
         raise SummaryFailure(kind, f"the upstream refused the summary: {message}", status=status)
     if held.api == "responses":

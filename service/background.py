@@ -64,7 +64,10 @@ def start(app: App) -> list[Coroutine[Any, Any, None]]:
 
 def run_idle_if_due(app: App, session: Session) -> None:
     """Idle work, on one daemon per session at a time (the store's claim): the one that
-    holds it first reads what the others wrote, so nothing is cleared twice."""
+    holds it first reads what the others wrote, so nothing is cleared twice. A session whose
+    log is not made yet (a request's, held until its upstream takes it) has none to do."""
+    if session.unborn is not None:
+        return
     with app.engine.store.claim(session.id) as mine:
         if mine:
             session.catch_up()

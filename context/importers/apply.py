@@ -96,6 +96,11 @@ class OpApplier:
             record = compaction_record(s.graph, op, self.thread(op.thread))
             if record is not None:
                 s.add_records([record])
+        elif isinstance(op, Compaction):
+            # a replay leaves the agent's compaction out, but not what it meant: calls still
+            # open at that thread's head (the agent compacted before their results came)
+            # never get one, so the next request renders them as such
+            abandon_head(s, self.thread(op.thread))
         elif isinstance(op, ModelCall):
             return  # a step boundary, not data
 
@@ -182,23 +187,27 @@ def abandon_open_calls(session: Session) -> None:
         (head, fid) for fid, head in g.function_heads.items()
     )
     for head, owner in heads:
-        node = g.nodes.get(head) if head else None
-        if node is None or node.kind != "assistant":
-            continue
-        open_calls = [
-            c.id for c in g.pending_calls(node) if c.kind == "tool" and c.function is None
-        ]
-        if open_calls:
-            session.add_records(
-                [
-                    {
-                        "kind": ABANDON,
-                        "covers": open_calls,
-                        "thread": owner,
-                        "data": {"reason": "the transcript ended before a result"},
-                    }
-                ]
-            )
+        _abandon(session, head, owner, "the transcript ended before a result")
+
+
+def abandon_head(session: Session, function: str | None) -> None:
+    """The calls open at the head of one thread (the top level's current branch, or a
+    function's) will never get a result: the agent compacted before they came."""
+    g = session.graph
+    head = g.function_heads.get(function) if function else g.branches.get(g.current_branch)
+    _abandon(session, head, function, "the agent compacted before a result")
+
+
+def _abandon(session: Session, head: str | None, owner: str | None, reason: str) -> None:
+    g = session.graph
+    node = g.nodes.get(head) if head else None
+    if node is None or node.kind != "assistant":
+        return
+    open_calls = [c.id for c in g.pending_calls(node) if c.kind == "tool" and c.function is None]
+    if open_calls:
+        session.add_records(
+            [{"kind": ABANDON, "covers": open_calls, "thread": owner, "data": {"reason": reason}}]
+        )
 
 
 @attrs.frozen

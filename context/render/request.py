@@ -49,6 +49,10 @@ class RequestSpec:
     cache: bool = True
     cache_ttl: str | None = None
     recall: bool | None = None  # None: the session's `recall` policy
+    # the provider applies context edits before the model sees the prompt, so Tier 1 may
+    # clear there (its server path); False for one that counts the body as sent, or drops
+    # the edits: what is cleared is cleared in the body
+    server_edits: bool = True
     # models the client may fall back to: the request must fit each of them (spec, final
     # table: the budget is recomputed for fallback models); each gets its table's budget
     fallback_models: tuple[str, ...] = ()

@@ -15,6 +15,17 @@ the same cache rules.
   tokens become a short placeholder once more than 20,000 tokens of them could; a request over
   window − min(20K, reserve) is compacted: a summary plus the newest messages of the last two
   user turns, at most min(15K, max(2K, a quarter of the limit)) tokens of them.
+- **CC-like** (Claude Code's autocompact): a request over window − min(reserve, 20K) − 13K is
+  compacted first: one summary call over the whole request, then the summary and ~10K of
+  restored files stand for everything before it. At a small window the system prompt, the
+  summary and the restored files alone are over that line, so it summarizes on nearly every
+  request — what Claude Code does there.
+- **Server-side compaction** (Anthropic's `compact_20260112` edit, the provider's documented
+  default for long conversations): a request over its trigger — min(150K, window − reserve −
+  10K), never under the API's 50K minimum — is summarized by the provider before it answers
+  (the whole prompt read as a cached fork of the request, 5× an output of 2,000 tokens); the
+  summary then stands for everything before it. A window whose limit is under 50K is out of
+  its reach: the trigger is never met, and requests grow past the window.
 
 Pure and deterministic, like the cache model: each policy keeps its state per thread and turns
 a step's items into the request it would send and the LLM calls it made for it.
@@ -23,7 +34,7 @@ a step's items into the request it would send and the LLM calls it made for it.
 from __future__ import annotations
 
 import hashlib
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -55,6 +66,7 @@ class Call:
     input: int
     output: int
     results: int = 0  # tool results a tool-evidence call read
+    read: int = 0  # of `input`, tokens read from the prompt cache (a cached fork)
 
 
 @attrs.frozen
@@ -214,3 +226,83 @@ class OpencodeLike:
         blocks = [system, *((i.key, i.tokens) for i in view)]
         h.last_tokens = sum(t for _, t in blocks)
         return Sent(blocks, calls)
+
+
+class ClaudeCodeLike:
+    """Claude Code's autocompact (prior-art.md §5): the threshold is the effective window
+    (window − min(reserve, 20K)) less 13,000 tokens, checked before each request."""
+
+    NAME = "claude-code"
+    LABEL = "CC-like"
+    BUFFER = 13_000
+    RESTORED_TOKENS = 10_000  # the recent files it reads back after its summary
+
+    def __init__(self, systems: dict[str, Block], window: int, limit: int) -> None:
+        self.systems = systems
+        self.threshold = window - min(20_000, window - limit) - self.BUFFER
+        self.threads: dict[str, _History] = {}
+
+    def request(self, thread: str, kind: str, items: list[Item]) -> Sent:
+        h = self.threads.setdefault(thread, _History())
+        system = self.systems[kind]
+        calls: list[Call] = []
+        whole = system[1] + _tokens(h.view(items))
+        if whole > self.threshold:
+            calls.append(Call("rolling", whole, SUMMARY_TOKENS))
+            summary = h.summary(thread, self.NAME)
+            restored = Item(
+                _key(summary.key, b"restored"), self.RESTORED_TOKENS, TOOL_RESULTS, -1, -1
+            )
+            h.base = [summary, restored]
+            h.covered = len(items)
+        blocks = [system, *((i.key, i.tokens) for i in h.view(items))]
+        h.last_tokens = sum(t for _, t in blocks)
+        return Sent(blocks, calls)
+
+
+class ServerSideCompaction:
+    """Anthropic's server-side compaction (anthropic-api.md §2a): the provider summarizes a
+    request over the trigger before answering it; later requests carry only the compaction
+    block and what follows it."""
+
+    NAME = "server"
+    LABEL = "server-side"
+    DEFAULT_TRIGGER = 150_000
+    MINIMUM_TRIGGER = 50_000  # the API refuses a lower trigger
+    MARGIN = 10_000
+
+    def __init__(self, systems: dict[str, Block], window: int, limit: int) -> None:
+        self.systems = systems
+        self.trigger = max(self.MINIMUM_TRIGGER, min(self.DEFAULT_TRIGGER, limit - self.MARGIN))
+        self.serves = limit >= self.MINIMUM_TRIGGER  # under it, the trigger is never met
+        self.threads: dict[str, _History] = {}
+        self.last: dict[str, list[Block]] = {}
+
+    def notes(self) -> dict[str, Any]:
+        return {"trigger": self.trigger, "servesWindow": self.serves}
+
+    def request(self, thread: str, kind: str, items: list[Item]) -> Sent:
+        h = self.threads.setdefault(thread, _History())
+        system = self.systems[kind]
+        calls: list[Call] = []
+        blocks = [system, *((i.key, i.tokens) for i in h.view(items))]
+        whole = sum(t for _, t in blocks)
+        if whole > self.trigger:
+            # the compaction iteration reads the whole prompt: a fork of the request, whose
+            # prefix the previous request cached
+            read = _shared_prefix(self.last.get(thread, []), blocks)
+            calls.append(Call("compaction", whole, SUMMARY_TOKENS, read=read))
+            h.base = [h.summary(thread, self.NAME)]
+            h.covered = len(items)
+            blocks = [system, *((i.key, i.tokens) for i in h.view(items))]
+        self.last[thread] = blocks
+        h.last_tokens = sum(t for _, t in blocks)
+        return Sent(blocks, calls)
+
+
+def _shared_prefix(before: list[Block], now: list[Block]) -> int:
+    """Tokens of the longest block prefix `now` shares with `before` (all of `before`, or
+    nothing: the cache keeps whole requests)."""
+    if len(before) <= len(now) and now[: len(before)] == before:
+        return sum(t for _, t in before)
+    return 0

@@ -106,14 +106,18 @@ COLLAPSE_OUTPUT_FLOOR = 100  # a segment summary
 EVIDENCE_OUTPUT_PER_RESULT = 200  # tool evidence: one line of about this many tokens a result
 
 
-def price_call(purpose: str, input_tokens: int, output_tokens: int, results: int = 0) -> float:
+def price_call(
+    purpose: str, input_tokens: int, output_tokens: int, results: int = 0, read: int = 0
+) -> float:
     """One LLM call, in input-token equivalents (economy.md): its input plus 5x its output,
     the output counted at no less than a real model would write — 2,000 tokens for a
-    summary, 100 for a collapse segment, 200 for each result a tool-evidence call reads."""
+    summary, 100 for a collapse segment, 200 for each result a tool-evidence call reads.
+    `read`: tokens of the input read from the prompt cache (a cached fork), at 0.1."""
+    paid = input_tokens - read + READ * read
     if purpose == "evidence":
-        return input_tokens + OUTPUT * max(output_tokens, EVIDENCE_OUTPUT_PER_RESULT * results)
+        return paid + OUTPUT * max(output_tokens, EVIDENCE_OUTPUT_PER_RESULT * results)
     floor = COLLAPSE_OUTPUT_FLOOR if purpose == "collapse" else SUMMARY_OUTPUT_FLOOR
-    return input_tokens + OUTPUT * max(output_tokens, floor)
+    return paid + OUTPUT * max(output_tokens, floor)
 
 
 def summary_price(summary_model: str | None, request_model: str | None) -> float:

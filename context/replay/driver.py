@@ -26,17 +26,28 @@ import attrs
 import orjson
 
 from ..budget import prior_ratio
+from ..budget_reduction import first_cut_line
 from ..engine import Engine, RenderParams
 from ..errors import CannotFit, Stopped
 from ..importers.apply import OpApplier, steps
 from ..importers.plan import ImportedSession, Note
+from ..prices import price_of
+from ..recall import CUT, content_text, handle_for, shown_content
+from ..render.conversation import MARKERS
 from ..render.request import Rendered, RequestSpec
 from ..summarizer.types import Answer, Steps, SummaryFailure, SummaryNeeded
 from ..tiers.base import TierEvent
 from ..tiers.microcompact import CLEAR_EDIT
 from ..tokens import MESSAGE_OVERHEAD, Counter
 from ..visibility import ViewOptions
-from .anchors import Call, CodexLike, Item, OpencodeLike
+from .anchors import (
+    Call,
+    ClaudeCodeLike,
+    CodexLike,
+    Item,
+    OpencodeLike,
+    ServerSideCompaction,
+)
 from .cache_model import (
     TTL_SECONDS,
     CacheModel,
@@ -45,6 +56,18 @@ from .cache_model import (
     price_recorded,
     summary_price,
 )
+from .fidelity import (
+    FURTHER,
+    ONE_CALL,
+    VISIBLE,
+    Fidelity,
+    Use,
+    block_text,
+    in_view,
+    pages_to,
+    uses_by_call,
+)
+from .fidelity import terms as terms_of
 from .recall_counts import RecallCounts
 
 T = TypeVar("T")
@@ -161,6 +184,7 @@ class Totals:
     removed_without_summary: int = 0
     cannot_fit: int = 0
     cache_rewrites: int = 0  # requests that re-wrote part of the previous one's live cache
+    fidelity: Fidelity = attrs.Factory(Fidelity)  # what the agent later used, where it was
 
     def add(
         self,
@@ -185,7 +209,8 @@ class Totals:
     def add_calls(self, calls: list[Call], price: float = 1.0) -> float:
         """LLM calls priced as economy.md says (`cache_model.price_call`), at `price` times
         the request's model (a cheaper summary model costs less); returns their cost."""
-        cost = sum(price_call(c.purpose, c.input, c.output, c.results) for c in calls) * price
+        cost = sum(price_call(c.purpose, c.input, c.output, c.results, c.read) for c in calls)
+        cost *= price
         self.cost += cost
         self.llm_cost += cost
         self.llm_calls += len(calls)
@@ -218,7 +243,8 @@ class Totals:
         return 100 * self.llm_calls / self.requests if self.requests else 0.0
 
     def to_json(self) -> dict[str, Any]:
-        out = attrs.asdict(self)
+        out = attrs.asdict(self, filter=lambda a, _: a.name != "fidelity")
+        out["fidelity"] = self.fidelity.to_json()
         out["cacheReadShare"] = round(self.cache_read_share, 4)
         out["rewritesPer100"] = round(self.rewrites_per_100, 1)
         out["llmCallsPer100"] = round(self.llm_calls_per_100, 1)
@@ -255,7 +281,8 @@ class Step:
         return {_camel(k): v for k, v in attrs.asdict(self).items()}
 
 
-POLICIES = ("compactd", "baseline", "recorded", CodexLike.NAME, OpencodeLike.NAME)
+ANCHORS = (CodexLike, OpencodeLike, ClaudeCodeLike, ServerSideCompaction)
+POLICIES = ("compactd", "baseline", "recorded", *(a.NAME for a in ANCHORS))
 
 
 @attrs.define
@@ -272,6 +299,10 @@ class ReplayReport:
     units: Units | None = None
     write_price: float = 0.0
     recall: RecallCounts | None = None  # cut on arrival, cleared, handles shown
+    # what the report says of an anchor beside its figures (server-side compaction's trigger,
+    # and whether it can serve the window at all)
+    anchor_notes: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    model: str | None = None  # the model the requests were priced for
 
     @property
     def compactd(self) -> Totals:
@@ -291,7 +322,18 @@ class ReplayReport:
             "totals": {p: (t.to_json() if (t := self.totals.get(p)) else None) for p in POLICIES},
             "mainThread": {p: (t.to_json() if (t := self.main.get(p)) else None) for p in POLICIES},
             "recall": self.recall.to_json() if self.recall else None,
+            "anchors": self.anchor_notes,
+            "model": self.model,
+            # US$ per input-token equivalent (the model's published input price), for money
+            "price": _price_json(self.model),
         }
+
+
+def _price_json(model: str | None) -> dict[str, Any] | None:
+    price = price_of(model)
+    if price is None:
+        return None
+    return {"inputPerMillion": price.input, "taken": price.taken}
 
 
 def _camel(name: str) -> str:
@@ -299,22 +341,23 @@ def _camel(name: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
-def request_blocks(rendered: Rendered, counter: Any) -> list[tuple[bytes, int]]:
-    """The request as the cache sees it: (content key, tokens) per block, in prefix order
-    (tools, system, then each message's blocks; cache_control marks are not content). With
-    Tier 1's server path that is the request after the provider's clear: a clear re-writes
-    the cache from the cleared point, by the documented rule."""
-    return [(item.key, item.tokens) for item in request_items(rendered, counter)]
-
-
-def request_items(rendered: Rendered, counter: Any) -> list[Item]:
-    """`request_blocks` with each block's panel category, turn and message (what the anchor
-    policies need to know of it)."""
+def request_items(
+    rendered: Rendered, counter: Any, terms: dict[bytes, frozenset[str]] | None = None
+) -> list[Item]:
+    """The request as the cache sees it: a block per item — its content key and tokens, in
+    prefix order (tools, system, then each message's blocks; cache_control marks are not
+    content), with Tier 1's server path the request after the provider's clear (a clear
+    re-writes the cache from the cleared point, by the documented rule) — and each block's
+    panel category, turn and message (what the anchor policies need to know of it). `terms`:
+    each block's terms (`fidelity.terms`) are noted there by its key, summaries' as none."""
     request = rendered.seen_request
     out: list[Item] = []
 
-    def key(kind: str, value: Any) -> bytes:
-        return hashlib.blake2b(kind.encode() + orjson.dumps(value), digest_size=16).digest()
+    def key(kind: str, value: Any, category: str = "") -> bytes:
+        digest = hashlib.blake2b(kind.encode() + orjson.dumps(value), digest_size=16).digest()
+        if terms is not None and digest not in terms:
+            terms[digest] = frozenset() if category == MARKERS else terms_of(block_text(value))
+        return digest
 
     for tool in request.get("tools", []):
         plain = {k: v for k, v in tool.items() if k != "cache_control"}
@@ -340,7 +383,7 @@ def request_items(rendered: Rendered, counter: Any) -> list[Item]:
         overhead = MESSAGE_OVERHEAD if position == 0 else 0
         out.append(
             Item(
-                key(role + str(position == 0), plain),
+                key(role + str(position == 0), plain, part.category),
                 part.tokens + overhead,
                 part.category,
                 turn,
@@ -395,7 +438,10 @@ class _Recorded:
 
 
 def _no_management(
-    engine: Engine, imported: ImportedSession, config: dict[str, Any] = NO_MANAGEMENT
+    engine: Engine,
+    imported: ImportedSession,
+    config: dict[str, Any] = NO_MANAGEMENT,
+    terms: dict[bytes, frozenset[str]] | None = None,
 ) -> list[_Recorded]:
     """Render every step as the recorded agent sent it, nothing removed or shortened (or,
     with another `config`, as an agent that shortens results on arrival would have)."""
@@ -423,7 +469,7 @@ def _no_management(
                 index,
                 "main" if call.thread is None else "function",
                 rendered.estimate,
-                tuple(request_items(rendered, engine.counter)),
+                tuple(request_items(rendered, engine.counter, terms)),
                 at,
                 call.usage,
                 not compacted,
@@ -485,13 +531,15 @@ def replay(
     """Relive `imported` under the cascade, step by step; `stopped` is asked before each
     step (a cancelled request), and `Stopped` raised when it says so."""
     model = options.model or imported.model
-    recorded = _no_management(engine, imported)
+    terms: dict[bytes, frozenset[str]] = {}  # each block's terms, by its key (fidelity)
+    recorded = _no_management(engine, imported, terms=terms)
     units = provider_units(recorded, model, options)
     codex_view = (
-        {r.index: r for r in _no_management(engine, imported, CODEX_RECORDING)}
+        {r.index: r for r in _no_management(engine, imported, CODEX_RECORDING, terms)}
         if options.anchors
         else {}
     )
+    uses = uses_by_call(imported)
     ratio = units.ratio
     systems = {
         kind: synthetic_system(round(tokens / ratio), engine.counter)
@@ -567,8 +615,9 @@ def replay(
             cannot_fit = True
             rendered = engine.render_session(session, params)
         tokens = round(rendered.estimate * ratio)  # what the provider counts
+        handles: set[str] = set()
         if policy.recall:  # handles only show with recall on
-            recall_counts.observe(rendered.request)
+            handles = recall_counts.observe(rendered.request)
         if not cannot_fit:  # the usage a live client reports after the call
             engine.record_usage(
                 session.id,
@@ -581,7 +630,8 @@ def replay(
         limit, window = rendered.budget.limit, rendered.budget.window
         if not anchors and options.anchors:
             anchors = _anchors(system_tokens, window, limit, options.ttl, options.write_price)
-        charge = cache.request(scaled(request_blocks(rendered, engine.counter), ratio), at)
+        items_sent = request_items(rendered, engine.counter, terms)
+        charge = cache.request(scaled([(i.key, i.tokens) for i in items_sent], ratio), at)
         rewrite = _rewrote(last_request.get(thread), at, charge, ttl_seconds)
         last_request[thread] = (at, charge.tokens)
         calls = meter.take()
@@ -630,6 +680,14 @@ def replay(
             rewrite=rewrite,
         )
         scopes = [totals, main] if call.thread is None else [totals]
+        used = uses.get(index, [])
+        if used:
+            where = _compactd_fidelity(
+                used, items_sent, rendered, terms, handles, session.graph, policy
+            )
+            for scope in scopes:
+                for place, pages in where:
+                    scope["compactd"].fidelity.add(place, pages)
         for scope in scopes:
             mine = scope["compactd"]
             mine.add(charge, tokens, (limit, window), cannot_fit, rewrite)
@@ -657,6 +715,11 @@ def replay(
                     attrs.evolve(i, tokens=round(i.tokens * ratio)) for i in codex_view[index].items
                 ]
             sent = anchor.request(thread, rec.kind, mine_items)
+            keys = [k for k, _ in sent.blocks]
+            for use in used:
+                place = VISIBLE if in_view(use.term, keys, terms) else FURTHER
+                for scope in scopes:
+                    scope.setdefault(anchor.NAME, Totals()).fidelity.add(place)
             anchor_charge = anchor_cache.request(sent.blocks, at)
             anchor_rewrite = _rewrote(anchor_last.get(thread), at, anchor_charge, ttl_seconds)
             anchor_last[thread] = (at, anchor_charge.tokens)
@@ -693,7 +756,69 @@ def replay(
         units,
         write_price,
         recall_counts,
+        {a.NAME: a.notes() for a, _, _ in anchors if hasattr(a, "notes")},
+        model,
     )
+
+
+def _compactd_fidelity(
+    used: list[Use],
+    items: list[Item],
+    rendered: Rendered,
+    terms: dict[bytes, frozenset[str]],
+    handles: set[str],
+    graph: Any,
+    policy: Any,
+) -> list[tuple[str, int]]:
+    """Where each use's term was in compactd's request: in view (summaries aside), one
+    `compactd_recall` call away (with the pages paging would have read), or further."""
+    keys = [i.key for i in items if i.category != MARKERS]
+    shown_ids: set[str] | None = None
+    out: list[tuple[str, int]] = []
+    for use in used:
+        if in_view(use.term, keys, terms):
+            out.append((VISIBLE, 0))
+            continue
+        if not policy.recall:
+            out.append((FURTHER, 0))
+            continue
+        if shown_ids is None:
+            shown_ids = _tool_use_ids(rendered.seen_request)
+        best = 0
+        for use_id in use.results:
+            node = graph.tool_by_use_id(use_id)
+            if node is None:
+                continue
+            whole = handle_for(graph.session_id, node.id)
+            cut = handle_for(graph.session_id, node.id, CUT)
+            if cut in handles and whole not in handles and use_id not in shown_ids:
+                content = shown_content(graph, node)
+                start = first_cut_line(
+                    content,
+                    policy.max_tool_result_chars,
+                    policy.truncate_head_chars,
+                    policy.truncate_tail_chars,
+                )
+            elif whole in handles or cut in handles or use_id in shown_ids:
+                content, start = shown_content(graph, node), 1
+            else:
+                continue
+            pages = pages_to(content_text(content), use.term, start or 1, policy.recall_max_chars)
+            if pages and (best == 0 or pages < best):
+                best = pages
+        out.append((ONE_CALL, best) if best else (FURTHER, 0))
+    return out
+
+
+def _tool_use_ids(request: dict[str, Any]) -> set[str]:
+    """The ids of the tool calls a request shows (a cleared result is recalled by its id)."""
+    return {
+        str(block.get("id"))
+        for message in request.get("messages", [])
+        if isinstance(message.get("content"), list)
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("type") == "tool_use"
+    }
 
 
 def _anchors(
@@ -701,7 +826,12 @@ def _anchors(
 ) -> list[tuple[Any, CacheModel, dict[str, tuple[float, int]]]]:
     """The anchor policies, each with a cache of its own and its threads' last requests."""
     systems = {kind: (b"system:" + kind.encode(), t) for kind, t in system_tokens.items()}
-    policies: list[Any] = [CodexLike(systems, window), OpencodeLike(systems, window, limit)]
+    policies: list[Any] = [
+        CodexLike(systems, window),
+        OpencodeLike(systems, window, limit),
+        ClaudeCodeLike(systems, window, limit),
+        ServerSideCompaction(systems, window, limit),
+    ]
     return [(p, CacheModel(ttl, write_price=write_price), {}) for p in policies]
 
 

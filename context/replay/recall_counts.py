@@ -20,8 +20,11 @@ class RecallCounts:
     cleared: int = 0
     handles: set[str] = attrs.Factory(set)
 
-    def observe(self, request: dict[str, Any]) -> None:
-        self.handles |= handles_in(request.get("messages"))
+    def observe(self, request: dict[str, Any]) -> set[str]:
+        """Note the handles `request` shows; returns them."""
+        shown = handles_in(request.get("messages"))
+        self.handles |= shown
+        return shown
 
     def finish(self, graph: Graph, max_chars: int, head: int, tail: int) -> None:
         """Count the cuts and clears of the whole session (every thread)."""

@@ -49,6 +49,8 @@ COUNTS_SUFFIX = ".counts"
 """`.<id>.counts` beside a log: what a listing shows of it (`keep_counts`)."""
 COUNTS_TEMP_SUFFIX = ".tmp"
 MAX_COUNTS_BYTES = 64 * 1024
+REQUESTS_DIR = "requests"
+"""Beside `sessions/`: the request log, one `YYYY-MM-DD.jsonl` a day (UTC)."""
 TORN_DIR = "torn"
 """Beside `sessions/`: where the start-up sweep moves what failed creates left."""
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # logs and locks are never opened through a symlink
@@ -65,6 +67,10 @@ def default_data_dir() -> Path:
     if env:
         return Path(env)
     return Path(platformdirs.user_data_dir("compactd", appauthor=False))
+
+
+def _day(at: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(at))
 
 
 def make_private_dirs(folder: Path) -> None:
@@ -496,6 +502,67 @@ class FileStore:
     def unchanged(self, session_id: str, offset: int) -> bool:
         """Nothing past byte `offset`: one `stat`, where a read opened the file."""
         return bool(offset) and self.size(session_id) == offset
+
+    # ---- the request log -----------------------------------------------------------------
+
+    @property
+    def requests_dir(self) -> Path:
+        return self.root / REQUESTS_DIR
+
+    def log_requests(self, rows: list[dict[str, Any]]) -> None:
+        """One file a day (UTC, by each row's `at`), 0600; each day's rows go out in one
+        `O_APPEND` write, so processes sharing the data dir never interleave within a row."""
+        by_day: dict[str, list[bytes]] = {}
+        for row in rows:
+            by_day.setdefault(_day(float(row["at"])), []).append(orjson.dumps(row) + b"\n")
+        try:
+            make_private_dirs(self.requests_dir)
+            for day, lines in by_day.items():
+                path = self.requests_dir / f"{day}{LOG_SUFFIX}"
+                flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _NOFOLLOW
+                fd = os.open(path, flags, 0o600)
+                try:
+                    size = os.fstat(fd).st_size
+                    # a row a failed write left torn is sealed, so it never swallows this one
+                    seal = b"\n" if size and os.pread(fd, 1, size - 1) != b"\n" else b""
+                    self._write(fd, seal + b"".join(lines), durable=False)
+                finally:
+                    os.close(fd)
+        except OSError as exc:
+            raise StoreFailure(f"cannot write the request log: {exc.strerror}") from exc
+
+    def read_requests(
+        self, since: float | None = None, session_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        folder = self.requests_dir
+        if not folder.is_dir():
+            return []
+        first = _day(since) if since is not None else ""
+        days = sorted(
+            name[: -len(LOG_SUFFIX)]
+            for name in os.listdir(folder)
+            if name.endswith(LOG_SUFFIX) and name[: -len(LOG_SUFFIX)] >= first
+        )
+        out: list[dict[str, Any]] = []
+        for day in days:
+            try:
+                data = (folder / f"{day}{LOG_SUFFIX}").read_bytes()
+            except OSError as exc:
+                log.info("cannot read the request log of %s: %s", day, exc.strerror)
+                continue
+            for line in data.splitlines():
+                try:
+                    row = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue  # a torn line: a row the writer never finished
+                if not isinstance(row, dict) or not isinstance(row.get("at"), int | float):
+                    continue
+                if since is not None and row["at"] < since:
+                    continue
+                if session_id is not None and row.get("sessionId") != session_id:
+                    continue
+                out.append(row)
+        return out
 
 
 def _torn_header(path: Path) -> str | None:

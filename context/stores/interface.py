@@ -197,4 +197,18 @@ class SessionStore(Protocol):
         """Drop whatever the store keeps per session (an evicted session holds nothing)."""
         ...
 
+    def log_requests(self, rows: list[dict[str, Any]]) -> None:
+        """Append rows to the request log: what the proxy records of each request it relayed
+        and each call compactd made (`service/stats.py`), each a JSON object with its `at`
+        (Unix time) and `sessionId`. Written, not fsync'ed: a figure, never a client's
+        data. A write that fails raises `StoreFailure` and leaves no partial row."""
+        ...
+
+    def read_requests(
+        self, since: float | None = None, session_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The request log's rows from `since` on (of one session), in the order written; a
+        row that cannot be read (a torn line) is skipped."""
+        ...
+
     def close(self) -> None: ...

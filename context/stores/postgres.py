@@ -44,7 +44,7 @@ from .interface import (
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 CHANNEL = "compactd_changed"
 SCHEMA_LOCK = 0x636F6D70  # an advisory lock key ("comp") serializing schema creation
 RECONNECT_SECONDS = 10.0
@@ -77,7 +77,18 @@ SCHEMA_V2 = (
         body json NOT NULL
     )""",
 )
-MIGRATIONS = {1: SCHEMA_V1, 2: SCHEMA_V2}
+SCHEMA_V3 = (
+    # the request log: what the proxy records of each request and each call of compactd's
+    """CREATE TABLE compactd.requests (
+        id bigserial PRIMARY KEY,
+        sid text,
+        at double precision NOT NULL,
+        body json NOT NULL
+    )""",
+    "CREATE INDEX requests_at ON compactd.requests (at)",
+    "CREATE INDEX requests_sid ON compactd.requests (sid, id)",
+)
+MIGRATIONS = {1: SCHEMA_V1, 2: SCHEMA_V2, 3: SCHEMA_V3}
 """The statements that take the schema from the version before to each version."""
 
 INSERT_EVENTS = """
@@ -304,6 +315,36 @@ class PostgresStore:
             )
         except (psycopg.Error, StoreFailure) as exc:  # a cache: counted again next time
             self._say("info", f"cannot keep the counts of session {sid}: {_first_line(exc)}")
+
+    def log_requests(self, rows: list[dict[str, Any]]) -> None:
+        """One statement, committed without waiting for the WAL flush; never repeated (a
+        repeat after a lost acknowledgement could count a request twice)."""
+        if not rows:
+            return
+        bodies = [orjson.dumps(row).decode() for row in rows]
+        try:
+            with self._pool.connection(timeout=RECONNECT_SECONDS) as conn, conn.transaction():
+                conn.execute("SET LOCAL synchronous_commit TO OFF")
+                conn.execute(
+                    "INSERT INTO compactd.requests (sid, at, body) "
+                    "SELECT b::json ->> 'sessionId', (b::json ->> 'at')::double precision, "
+                    "b::json FROM unnest(%s::text[]) AS t(b)",
+                    (bodies,),
+                )
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise StoreFailure(f"cannot write the request log: {_first_line(exc)}") from None
+
+    def read_requests(
+        self, since: float | None = None, session_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        def read(c: psycopg.Connection[Any]) -> list[tuple[str]]:
+            return c.execute(
+                "SELECT body::text FROM compactd.requests WHERE at >= %s "
+                "AND (%s::text IS NULL OR sid = %s) ORDER BY id",
+                (since if since is not None else float("-inf"), session_id, session_id),
+            ).fetchall()
+
+        return [orjson.loads(body) for (body,) in self._retrying(read, "read the request log")]
 
     def read_from(
         self, session_id: str, offset: int = 0, first_line: int = 1

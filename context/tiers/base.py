@@ -272,9 +272,10 @@ def _server_side(record: Record) -> bool:
 
 
 def server_path(policy: Policy, spec: RequestSpec) -> bool:
-    """Tier 1 clears server-side: the Anthropic format in `microcompactMode: "cache"` — the
-    provider holds the cache explicitly, and the messages sent never change."""
-    return policy.microcompact_mode == "cache" and spec.format == "anthropic"
+    """Tier 1 clears server-side: the Anthropic format in `microcompactMode: "cache"`, to a
+    provider that applies context edits — it holds the cache explicitly, and the messages
+    sent never change."""
+    return policy.microcompact_mode == "cache" and spec.format == "anthropic" and spec.server_edits
 
 
 def llm_bar(run: Run) -> int:
@@ -282,8 +283,29 @@ def llm_bar(run: Run) -> int:
     where the provider holds the cache explicitly — a summary there buys headroom the cache
     already makes cheap (0.1× a cached token), at the price of a call and a rewrite — and the
     target elsewhere, where a cache hit is the provider's best effort and every token of a
-    request near its threshold is likelier paid in full."""
+    request near its threshold is likelier paid in full. (Under the threshold, the summary
+    may still run where it buys runway cheaper than the cheaper tiers' change alone:
+    `rolling_summary.buys_runway`.)"""
     when = run.policy.summary_when
     if when == "auto":
         when = "threshold" if server_path(run.policy, run.spec) else "pressed"
     return run.threshold if when == "threshold" else run.target
+
+
+def growth(run: Run, steps: int = 5) -> int:
+    """What a request adds to this thread, in calibrated tokens: the mean of its newest
+    `steps` steps as the request shows them (each assistant message with what answers it),
+    and no less than half a percent of the limit."""
+    sizes: list[int] = []
+    step = 0
+    for message in reversed(run.rendered.conversation.messages):
+        if message.kind != "turn":
+            break
+        step += message.tokens
+        if message.role == "assistant":
+            sizes.append(step)
+            step = 0
+            if len(sizes) == steps:
+                break
+    mean = sum(sizes) / len(sizes) if sizes else 0.0
+    return max(int(mean * run.rendered.ratio), run.limit // 200)

@@ -39,7 +39,7 @@ from ..projection import CLEAR, Projection, visible_bounds
 from ..render.conversation import TOOL_CALLS, TOOL_RESULTS
 from ..render.request import Rendered, RequestSpec, ServerEdit
 from ..superseded import Use, superseded
-from .base import Run, TierEvent, server_path
+from .base import Run, TierEvent, growth, server_path
 
 TIER = "microcompact"
 
@@ -397,15 +397,24 @@ def apply(run: Run) -> None:
             )
         return
     bound = deferred_until(cands, policy)
-    if count and not over and policy.microcompact_warm != "apply" and cands.calls < bound:
+    # the window forces a change within the horizon anyway: that change clears these too, so
+    # the bound does not fire a clear of its own a few requests before it
+    near = requests_left(run) < policy.microcompact_horizon
+    if count and not over and policy.microcompact_warm != "apply" and (cands.calls < bound or near):
         pays, saved, rewritten = clear_pays(run, cands, mode)
         if not pays:
+            when = (
+                f"it fires with the change the window forces (in about {requests_left(run)} "
+                "requests)"
+                if near
+                else f"it fires at {bound} tool calls at the latest (sooner when the window "
+                "forces a change)"
+            )
             run.note(
                 TIER,
                 f"deferred: the cache is warm and the request is under its threshold; "
                 f"clearing would save {saved:,} tokens per request but re-write {rewritten:,} "
-                f"cached tokens; it fires at {bound} tool calls at the latest (sooner when the "
-                "window forces a change)",
+                f"cached tokens; {when}",
                 calls=cands.calls,
                 clearable=cands.count,
                 firesAt=bound,
@@ -449,6 +458,8 @@ def headroom_only(run: Run) -> bool:
     request, each re-writing the cache, is the thrash the rule is for)."""
     if run.policy.microcompact_warm != "economic" or len(run.pending) != 1:
         return False
+    if run.forced_calibration is not None:
+        return False  # Tier 5: the provider refused the request as it was; what frees is needed
     record, _event = run.pending[0]
     return record["kind"] == CLEAR and record["data"].get("trigger") == "forced"
 
@@ -479,25 +490,54 @@ def _mode(run: Run) -> str:
 
 def clear_pays(run: Run, cands: Candidates, mode: str = "time") -> tuple[bool, int, int]:
     """DESIGN §4's rule for a change made only to save tokens while the cache is warm: it pays
-    when 0.1 × tokens saved × requests still to come > 1.25 × tokens re-written (everything
-    after the first changed position). `microcompactWarm: "defer"` never pays;
-    `"economic"` expects `microcompactHorizon` more requests."""
+    when 0.1 × tokens saved × requests still to come > 1.25 × tokens re-written.
+    `microcompactWarm: "defer"` never pays; `"economic"` expects `microcompactHorizon` more
+    requests — fewer when the window will force a change sooner (`requests_left`): that
+    change clears these results anyway, so the clear saves only the reads until then. What is
+    re-written is what the provider cannot read back (`rewritten_after`): everything after the
+    last cache breakpoint before the first change."""
     if run.policy.microcompact_warm == "defer":
         return False, 0, 0
     before = run.rendered
     record = clear_record(cands, "count", run.thread, mode)
     trial = run.graph.draft_record("clear", record["covers"], record["data"], run.thread)
     after = run.render([trial])
-    old = [p for m in before.conversation.messages for p in m.parts]
-    new = [p for m in after.conversation.messages for p in m.parts]
-    first = next(
-        (i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a is not b),
-        min(len(old), len(new)),
-    )
-    rewritten = sum(p.tokens for p in new[first:])
+    rewritten = rewritten_after(before, after)
     saved = before.total - after.total
     horizon = run.policy.microcompact_horizon
+    if before.total <= run.threshold:  # a warm clear: the window's own change comes sooner
+        horizon = min(horizon, requests_left(run))
     return 0.1 * saved * horizon > 1.25 * rewritten, saved, rewritten
+
+
+def requests_left(run: Run) -> int:
+    """Requests before this one's growth takes the thread over its threshold (and the window
+    forces a change)."""
+    return max(0, run.threshold - run.total) // growth(run)
+
+
+def rewritten_after(before: Rendered, after: Rendered) -> int:
+    """Tokens of `after` the provider writes to its cache again when it follows `before`: from
+    the last breakpoint a request before it could have cached ahead of the first message that
+    changed — the summary marker, or the previous request's last, third-to-last or
+    fifth-to-last message (where the renderer put its breakpoints; a request is a step, two
+    messages, past the one before it); before any of them, the whole conversation (the system
+    prompt and tools stay read)."""
+    old, new = before.conversation.messages, after.conversation.messages
+    first = next(
+        (
+            i
+            for i, (a, b) in enumerate(zip(old, new, strict=False))
+            if len(a.parts) != len(b.parts)
+            or any(p is not q for p, q in zip(a.parts, b.parts, strict=True))
+        ),
+        min(len(old), len(new)),
+    )
+    n = len(old)
+    readable = [i for i in (n - 3, n - 5, n - 7) if 0 <= i < first]
+    readable += [i for i, m in enumerate(new[:first]) if m.kind == "summary"]
+    kept = max(readable, default=-1)  # the last message read back whole
+    return sum(m.tokens for m in new[kept + 1 :])
 
 
 def last_resort_due(run: Run) -> bool:

@@ -35,7 +35,7 @@ import attrs
 
 from ..graph import Graph, Path
 from ..projection import EVIDENCE, SUMMARY, Projection, thread_index
-from ..render.conversation import TOOL_RESULTS, last_assistant_kept
+from ..render.conversation import SYSTEM, TOOL_RESULTS, TOOLS, last_assistant_kept
 from ..summarizer.evidence import (
     EvidenceSource,
     batches,
@@ -51,7 +51,7 @@ from ..summarizer.instructions import checkpoint_system
 from ..summarizer.types import Steps, SummaryFailure, SummaryNeeded
 from ..tokens import MESSAGE_OVERHEAD
 from ..turns import Turn, has_running, is_complete, plan_cuts, turn_node_ids, turns_of
-from .base import Run, TierEvent, llm_bar
+from .base import Run, TierEvent, growth, llm_bar
 
 TIER = "summary"
 
@@ -541,10 +541,38 @@ def _exchange(graph: Graph, path: Path, turn: Turn) -> bool:
 
 def due(run: Run) -> bool:
     """Still over the LLM tiers' bar after the cheaper tiers (`summaryWhen`: the threshold where
-    the provider holds the cache, spec §5's "advance only while over"; the target elsewhere). A
-    summary costs a call — its input, its output at 5× — and a cache rewrite; once it runs it
-    aims at the target (`/compact` jumps straight to `apply`)."""
-    return run.total > llm_bar(run)
+    the provider holds the cache, spec §5's "advance only while over"; the target elsewhere),
+    or under it after a change that buys less runway for its cost than the summary would
+    (`buys_runway`). A summary costs a call — its input, its output at 5× — and a cache
+    rewrite; once it runs it aims at the target (`/compact` jumps straight to `apply`)."""
+    return run.total > llm_bar(run) or buys_runway(run)
+
+
+def buys_runway(run: Run) -> bool:
+    """A change the cheaper tiers drafted in this run moves the cached prefix — the provider
+    re-writes what follows it — and leaves the request some requests before the threshold
+    again. The summary runs in the same cascade, one rewrite for both, when it costs less per
+    request of runway it buys: its call (its input, 5× an output of at least 2,000 tokens) and
+    the rewrite of what it leaves, with the reads until the threshold, against the rewrite of
+    what the cheaper tiers left and their reads. A clear that leaves the request a request or
+    two from its threshold is the next rewrite already; a clear that buys many requests is not
+    worth a call, and neither is one that reached the target."""
+    if not run.pending or not run.target < run.total <= run.threshold:
+        return False  # nothing moved; or over the threshold (the bar says); or at the target
+    rng = choose_range(run)
+    if rng is None or not worth_a_call(run, rng)[0]:
+        return False
+    per_step = growth(run)
+    categories = run.rendered.categories
+    fixed = categories.get(SYSTEM, 0) + categories.get(TOOLS, 0)  # read back either way
+
+    def per_request(total: float, call: float) -> float:
+        runway = max(run.threshold - total, per_step) / per_step
+        return (call + 1.25 * (total - fixed)) / runway + 0.1 * (total + run.threshold) / 2
+
+    output = run.policy.summary_min_tokens  # a real summary writes at least this
+    call = run.summary_input(rng).tokens * run.rendered.ratio + 5 * output
+    return per_request(Predicted.of(run)(rng), call) < per_request(run.total, 0)
 
 
 def prepare_due(run: Run) -> bool:

@@ -439,15 +439,15 @@ def test_a_summary_that_would_free_too_little_is_not_asked_for(engine: Engine) -
 def test_the_llm_tiers_bar_follows_the_providers_cache(
     engine: Engine, config: dict[str, Any], summarized: bool
 ) -> None:
-    """Tier 1 gets the request under its threshold but not under its target. Where the provider
-    holds the cache (`summaryWhen: auto` on Tier 1's server path) that is where the cascade
-    stops — a summary would buy headroom the cache already makes cheap; elsewhere the summary
-    frees down to the target."""
+    """Tier 1 gets the request well under its threshold but not under its target. Where the
+    provider holds the cache (`summaryWhen: auto` on Tier 1's server path) that is where the
+    cascade stops — a summary would buy headroom the cache already makes cheap; elsewhere the
+    summary frees down to the target."""
     sid = open_session(
         engine,
         {"summaryProvider": "digest", "snipEnabled": False, "collapseEnabled": False, **config},
     )
-    for t in range(4):
+    for t in range(3):
         engine.append(sid, messages=explained_turn(f"t{t}", f"ask {t}", 700, 8))
     engine.append(sid, messages=[user("now: finish")])
     recorder = Recorder()
@@ -458,3 +458,33 @@ def test_the_llm_tiers_bar_follows_the_providers_cache(
     assert ("summary" in [e.tier for e in applied]) is summarized
     assert bool(recorder.needs) is summarized
     assert out.rendered.total <= (TARGET if summarized else THRESHOLD)
+
+
+@pytest.mark.parametrize("turns", [3, 4])
+def test_a_clear_that_buys_little_runway_brings_the_summary_into_the_same_run(
+    engine: Engine, turns: int
+) -> None:
+    """On the server path, over the threshold: Tier 1's clear moves the cached prefix (the
+    provider re-writes what follows it). Three turns: it leaves the request about eight
+    requests' growth under the threshold, and the cascade stops there. Four: it leaves it a
+    few requests from the threshold — the next forced change, and the next rewrite, would be
+    that close — so the summary runs in the same cascade, one rewrite for both, and the
+    request goes down to the target."""
+    sid = open_session(
+        engine, {"summaryProvider": "digest", "snipEnabled": False, "collapseEnabled": False}
+    )
+    for t in range(turns):
+        engine.append(sid, messages=explained_turn(f"t{t}", f"ask {t}", 700, 8))
+    engine.append(sid, messages=[user("now: finish")])
+    recorder = Recorder()
+    out = cascade(engine, sid, params(), answer=recorder)
+    applied = [e for e in out.events if e.applied]
+    assert applied[0].tier == "microcompact" and applied[0].tokens_before > THRESHOLD
+    left = THRESHOLD - applied[0].tokens_after
+    assert (left < 5_000) is (turns == 4)
+    assert [e.tier for e in applied] == (
+        ["microcompact", "summary"] if turns == 4 else ["microcompact"]
+    )
+    assert bool(recorder.needs) is (turns == 4)
+    assert out.rendered.total <= (TARGET if turns == 4 else THRESHOLD)
+    assert len(records(engine, sid, "clear")) == 1  # one cascade, one commit

@@ -562,3 +562,57 @@ def test_the_newest_steps_long_inputs_go_last_of_all_and_the_request_fits(
     assert event.tier == "microcompact"
     node = next(n for n in engine.session(sid).graph.nodes.values() if n.tool_use_id == "toolu_w")
     assert node.input["content"] == big  # the original is kept
+
+
+def test_a_warm_clear_waits_for_the_change_the_window_forces_when_that_is_near(
+    engine: Engine,
+) -> None:
+    """The clear that pays at 200K (the test above) saves reads only until the window forces a
+    change — which clears these results anyway. With the threshold a request away, that is no
+    saving: it waits, and the reason says for what; the cache is not re-written twice."""
+    sid = sized_session(engine, [600] * 40 + [30] * 10)
+    window = 130_000  # limit 110,000, threshold 99,000: 142 tokens above the request
+    out = cascade(engine, sid, params(window))
+    (event,) = out.events
+    assert not event.applied and event.reason.startswith("deferred")
+    assert "it fires with the change the window forces (in about 0 requests)" in event.reason
+    assert records(engine, sid, "clear") == []
+    # one request's growth later the window forces it, and the clear comes with that change
+    add_call(engine, sid, 51, ("Read", filler("r51", 400)))
+    out = cascade(engine, sid, params(window))
+    applied = [e for e in out.events if e.applied]
+    assert applied and applied[0].tier == "microcompact"
+    assert applied[0].details["trigger"] == "count" and applied[0].tokens_before > 99_000
+
+
+def test_what_a_clear_rewrites_starts_at_the_last_breakpoint_before_it() -> None:
+    """The provider reads back a prefix only up to a cache breakpoint: the summary marker, or
+    the previous request's last, third- or fifth-to-last message. A clear in an older message
+    re-writes every message from the marker on (or all of them), not only those after it."""
+    from types import SimpleNamespace
+
+    from compactd.context.render.conversation import Message, Part
+    from compactd.context.tiers.microcompact import rewritten_after
+
+    def message(tokens: int, kind: str = "turn") -> Message:
+        return Message("user", [Part({"type": "text", "text": "x"}, "user", tokens)], 0, kind)
+
+    def rendered(messages: list[Message]) -> Any:
+        return SimpleNamespace(conversation=SimpleNamespace(messages=messages))
+
+    old = [message(100 * (i + 1)) for i in range(12)]  # 100, 200, … 1,200 tokens (+ overhead)
+    per = [m.tokens for m in old]
+
+    def changed(index: int, messages: list[Message] = old) -> list[Message]:
+        out = list(messages)
+        out[index] = message(5)
+        return out
+
+    # a change in the third message: nothing before it was a breakpoint: all is re-written
+    assert rewritten_after(rendered(old), rendered(changed(2))) == sum(per) - per[2] + 5 + 4
+    # a change in the last message but one: read back up to the previous request's last (n-3)
+    assert rewritten_after(rendered(old), rendered(changed(10))) == 5 + 4 + per[11]
+    # with a summary marker first, everything after it
+    marked = [message(300, "summary"), *old[1:]]
+    after = changed(4, marked)
+    assert rewritten_after(rendered(marked), rendered(after)) == sum(m.tokens for m in after[1:])

@@ -361,7 +361,15 @@ def test_replay_json_and_plot(cli: Cli) -> None:
     plot = cli.cwd / "swe.png"
     done = cli("-q", "replay", str(SWE), "--window", "16000", "--json", "--plot", str(plot))
     report = json.loads(done.stdout)
-    assert set(report["totals"]) == {"compactd", "baseline", "recorded", "codex", "opencode"}
+    assert set(report["totals"]) == {
+        "compactd",
+        "baseline",
+        "recorded",
+        "codex",
+        "opencode",
+        "claude-code",
+        "server",
+    }
     assert plot.read_bytes()[:4] == b"\x89PNG"
 
 

@@ -1,5 +1,6 @@
-"""The README's commands, run as written (placeholders filled with the bundled transcripts), so
-the first thing a new user copies cannot drift from the CLI."""
+"""The README's commands, run as written (placeholders filled with the bundled transcripts), and
+the examples the reference in docs/ gives, so the first thing a new user copies cannot drift
+from the CLI."""
 
 from __future__ import annotations
 
@@ -15,21 +16,41 @@ from tests.support.fake_anthropic import FakeAnthropicProcess
 from .test_cli import ROOT, SCRIPT, SMALL, SWE, Cli, data_bytes, env_for
 
 README = (ROOT / "README.md").read_text()
+RPC_DOC = (ROOT / "docs" / "rpc.md").read_text()
+OFFLINE = "### Sessions from your agents' logs"
 
 
-def block(language: str, after: str) -> str:
+def block(language: str, after: str, text: str = README) -> str:
     """The first fenced block of `language` after the heading `after`."""
-    found = re.search(rf"{re.escape(after)}.*?```{language}\n(.*?)```", README, re.S)
+    found = re.search(rf"{re.escape(after)}.*?```{language}\n(.*?)```", text, re.S)
     assert found, f"no {language} block after {after!r}"
     return found.group(1)
 
 
-def readme_commands() -> list[list[str]]:
+def readme_commands(heading: str = OFFLINE) -> list[list[str]]:
     return [
         shlex.split(line, comments=True)
-        for line in block("sh", "## Using it").splitlines()
+        for line in block("sh", heading).splitlines()
         if line.startswith("compactd ")
     ]
+
+
+def test_the_first_screen_commands_are_the_cli_s() -> None:
+    """What the guide's first sections tell a user to type parses as compactd's own command
+    line: `compactd claude`'s own options before the agent's, then the agent's untouched."""
+    from compactd.clients.cli import parse
+
+    seen = set()
+    for heading in ("## Run your agent through it", "## What you will see", "### Leave"):
+        for argv in readme_commands(heading):
+            args = [a.replace("<session>", "s1") for a in argv[1:] if not a.startswith(">")]
+            if "--print-service" in args:
+                args = args[: args.index("--print-service") + 1]
+            ns = parse(args)
+            seen.add(ns.command)
+            if ns.command == "claude" and "-p" in args:
+                assert ns.window == 64000 and ns.agent_args == ["-p", "fix the failing test"]
+    assert {"claude", "codex", "stats", "sessions", "context", "proxy"} <= seen
 
 
 def test_every_readme_command_runs(tmp_path: Path) -> None:
@@ -85,7 +106,7 @@ def test_make_run_demo_shows_the_same_every_time(tmp_path: Path) -> None:
 def test_the_neovim_snippet_talks_as_the_daemon_expects(tmp_path: Path) -> None:
     """What the Lua sends: `session/open` with `vim.empty_dict()` (encoded `{}`), then
     `context/measure` with the id; run over the wire as Neovim would."""
-    lua = block("lua", "Neovim")
+    lua = block("lua", "Neovim", RPC_DOC)
     assert '"serve", "--stdio"' in lua and 'request("session/open", vim.empty_dict()' in lua
     proc = subprocess.Popen(
         [SCRIPT, "serve", "--stdio"],
@@ -121,7 +142,7 @@ def test_the_python_agent_loop_runs_as_written(tmp_path: Path) -> None:
     loopback fake: the model reads a file and calls compactd's own recall tool (with a handle
     it made up), then answers; every request the SDK sends must pass the fake's checks
     (pairing above all), and the session holds the whole loop."""
-    code = block("python", "An agent uses it like this")
+    code = block("python", "An agent uses it like this", RPC_DOC)
     (tmp_path / "agent.py").write_text(code)
     (tmp_path / "README.md").write_text("The answer is forty-two.\n")
     calls = [

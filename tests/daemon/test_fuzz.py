@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import UnionType
@@ -24,8 +23,10 @@ import pytest
 import pytest_asyncio
 from compactd.protocol.convert import camel
 from compactd.protocol.types import METHODS
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+
+from tests.support.fuzz import budget
 
 from .convo import assistant, tool_use, user
 from .test_hardening import assert_clean, snapshot
@@ -36,14 +37,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 TRANSCRIPTS = Path(__file__).resolve().parents[1] / "data" / "transcripts"
 
 SID = "fuzz-main"
-EXAMPLES = int(os.environ.get("COMPACTD_FUZZ_EXAMPLES", "100"))  # ~20 s for the module
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=not os.environ.get("COMPACTD_FUZZ_RANDOM"),
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+FUZZ = budget(100)  # ~20 s for the module
 _n = itertools.count(1)
 
 # ---- strategies ---------------------------------------------------------------------------

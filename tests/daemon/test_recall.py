@@ -152,6 +152,7 @@ async def test_a_result_cleared_by_tier_1_comes_back(client: CompactdClient) -> 
     assert [e.tier for e in rendered.events if e.applied] == ["microcompact"]
     cleared = [c for c in results_of(rendered.request) if "cleared by compactd" in c]
     assert len(cleared) == 3 and CLEARED_PLACEHOLDER not in said(rendered.request)
+    assert all(c.endswith("or searches them.]") for c in cleared)
     (handle,) = HANDLE.findall(cleared[0])
     got = await client.recall(sid, handle)
     assert got.text == filler("cl-0", 2000).rstrip("\n") and got.truncated is False
@@ -280,3 +281,61 @@ async def test_an_agent_loop_recalls_the_cut_lines(client: CompactdClient) -> No
     assert after["messages"][: len(before["messages"])] == before["messages"]
     assert after["tools"] == before["tools"] and after["system"] == before["system"]
     assert "loop line 250:" not in said(before)
+
+
+async def test_a_search_finds_the_line_in_one_call_and_a_bad_one_writes_nothing(
+    client: CompactdClient, data_dir: Path
+) -> None:
+    """The model that needs one identifier from a 60,000-character result asks for it by
+    name: one call, its line and number, a line of context either side — through the RPC and
+    through the client's helper, as the tool's input says. A search RE2 will not run is
+    4016, a foreign handle 4007; the helper turns both into an error the model reads."""
+    sid = "r-search"
+    original = numbered("find", 1500)
+    assert len(original) > 60_000
+    await client.open_session(sid)
+    await client.append(
+        sid,
+        [
+            user("read it"),
+            assistant("reading", tool_use("s1", "Read", file_path="find.py")),
+            tool_results(("s1", original)),
+        ],
+    )
+    rendered = await client.render(sid, recall=True)
+    (content,) = results_of(rendered.request)
+    assert "or with search the lines that match" in content
+    assert "def f1234(" not in content
+    (handle,) = HANDLE.findall(content)
+    got = await client.recall(sid, handle, search="def f1234(")
+    assert got.matches == 1 and got.truncated is False and len(got.text) <= 3800
+    assert "\n1234:find line 1234: def f1234(x): return x + 1234" in got.text
+    assert "\n1233-find line 1233:" in got.text and "\n1235-find line 1235:" in got.text
+    tool = {
+        "id": "s2",
+        "name": "compactd_recall",
+        "input": {"handle": handle, "search": r"def f120\d\(", "regex": True, "context": 0},
+    }
+    answer = await client.answer_recall(sid, tool)
+    assert "is_error" not in answer and answer["content"].count("\n") == 10  # f1200–f1209
+    many = await client.recall(sid, handle, search="def f1", context=0)  # a page cannot hold all
+    assert many.truncated and many.matches == 612 and len(many.text) <= 3800
+    rest = await client.recall(sid, handle, many.end_line + 1, search="def f1", context=0)
+    assert rest.text.split("\n")[1].startswith(f"{many.end_line + 1}:")
+    before = log_bytes(data_dir, sid)
+    with pytest.raises(RpcError) as caught:
+        await client.recall(sid, handle, search="(a)\\1", regex=True)
+    assert caught.value.code == 4016 and caught.value.kind == "invalid_search"
+    (theirs,) = HANDLE.findall(said((await client.render("r-cut", recall=True)).request))
+    with pytest.raises(RpcError) as caught:
+        await client.recall(sid, theirs, search="line")
+    assert caught.value.code == 4007
+    for bad, said_why in (
+        ({"search": "foo(?=bar)", "regex": True}, "lookaround"),
+        ({"search": "x", "context": 40}, "context must be between 0 and 5"),
+    ):
+        answer = await client.answer_recall(
+            sid, {"id": "s3", "name": "compactd_recall", "input": {"handle": handle, **bad}}
+        )
+        assert answer["is_error"] is True and said_why in answer["content"]
+    assert log_bytes(data_dir, sid) == before  # a refusal writes nothing

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
+from compactd.context.decompose import from_anthropic
 from compactd.context.engine import Engine
-from compactd.context.errors import PendingToolResults
+from compactd.context.errors import InvalidPairing, PendingToolResults
 from compactd.context.turns import plan_cuts, turn_node_ids, turns_of
 
 from tests.engine.helpers import (
@@ -101,6 +103,62 @@ def test_fork_with_pending_calls_still_needs_the_results(engine: Engine) -> None
     s.tool_result("p", "r")  # the call is shared: one result serves both branches
     engine.append(sid, branch="alt", messages=[user("x")])
     engine.append(sid, messages=[assistant("main goes on")])
+
+
+def test_a_tool_use_id_is_unique_on_a_branch_not_in_the_session(engine: Engine) -> None:
+    """A compacted history keeps its last exchanges with their ids: on a branch of its own
+    (forked before them, or with no node) the same ids are new calls, their results answer
+    the calls of that branch, recall by id reaches the branch's own; on one thread an id
+    still may not repeat, and a log holding both loads back the same."""
+    sid = new_session(engine, "ids")
+    engine.append(sid, messages=[user("go"), assistant(call("k1")), results(result("k1", "one"))])
+    engine.append(sid, messages=[assistant(call("k2")), results(result("k2", "two"))])
+    s = engine.session(sid)
+    s.create_branch("compacted", empty=True)
+    engine.append(
+        sid,
+        branch="compacted",
+        messages=[
+            user("summary of the work so far"),
+            assistant(call("k2")),
+            results(result("k2", "two, kept")),
+        ],
+    )
+    g = s.graph
+    on_main = g.tool_by_use_id("k2", g.branch_path("main"))
+    on_fork = g.tool_by_use_id("k2", g.branch_path("compacted"))
+    assert on_main is not None and on_fork is not None and on_main.id != on_fork.id
+    assert (on_main.result, on_fork.result) == ("two", "two, kept")
+    assert b"two, kept" in orjson.dumps(render(engine, sid, branch="compacted").request)
+    assert b"two, kept" not in orjson.dumps(render(engine, sid).request)
+    assert "two, kept" in engine.recall(sid, "k2", branch="compacted").text
+    assert "two, kept" not in engine.recall(sid, "k2").text
+    with pytest.raises(InvalidPairing, match="duplicate tool_use_id 'k1'"):
+        engine.append(sid, messages=[assistant(call("k1"))])
+    with pytest.raises(InvalidPairing, match="duplicate tool_use_id 'k2'"):
+        engine.append(sid, branch="compacted", messages=[assistant(call("k2"))])
+    engine.evict(sid)
+    again = engine.session(sid)
+    assert not again.report.bad_lines
+    fork = again.graph.tool_by_use_id("k2", again.graph.branch_path("compacted"))
+    assert fork is not None and fork.result == "two, kept"
+
+
+def test_a_fork_and_its_thread_are_one_write(engine: Engine) -> None:
+    """`append(fork_at=…)` makes the branch with its first nodes: a history that cannot be
+    appended leaves no branch behind, one that can is there whole."""
+    sid = new_session(engine, "forkat")
+    engine.append(sid, messages=[user("a"), assistant(call("x1")), results(result("x1"))])
+    s = engine.session(sid)
+    bad = from_anthropic([user("b"), results(result("nowhere"))])
+    with pytest.raises(InvalidPairing):
+        s.append(bad, branch="fork-1", fork_at=None)
+    assert "fork-1" not in s.graph.branches
+    head = s.graph.head()
+    s.append(from_anthropic([user("c")]), branch="fork-1", fork_at=head, durable=False)
+    assert texts(render(engine, sid, branch="fork-1").request)[-1] == "c"
+    engine.evict(sid)
+    assert engine.session(sid).graph.branches["fork-1"] is not None
 
 
 def test_a_record_applies_only_where_its_nodes_are(engine: Engine) -> None:

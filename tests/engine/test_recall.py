@@ -44,11 +44,12 @@ TRANSCRIPTS = sorted(p for p in DATA.glob("*/*") if p.is_file() and p.suffix in 
 
 CUT_NOTE = re.compile(
     r"\[… ([\d,]+) characters(?: \(lines (\d+)–(\d+) of (\d+) omitted\))? truncated by "
-    r"compactd; compactd_recall with handle (recall:[A-Za-z0-9_.-]+) returns them …\]"
+    r"compactd; compactd_recall with handle (recall:[A-Za-z0-9_.-]+) returns them, or with "
+    r"search the lines that match …\]"
 )
 CLEARED_NOTE = re.compile(
     r"\[Old tool result content cleared by compactd; compactd_recall with handle "
-    r"recall:[A-Za-z0-9_.-]+ returns its \d+ lines?\.\]"
+    r"recall:[A-Za-z0-9_.-]+ returns its \d+ lines?, or searches them\.\]"
 )
 RANGE_NOTE = re.compile(
     r"\n\n\[compactd_recall with handle recall:\S+ returns the messages of these turns[^\x00]*$"

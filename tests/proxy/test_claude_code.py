@@ -14,18 +14,19 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.agent_runs import both_ways
+from tests.support.agent_runs import both_ways, compactd_json
 from tests.support.fake_anthropic import (
     FakeAnthropicProcess,
     compute_applied_edits,
     estimate_prompt_tokens,
 )
-from tests.support.proxy import ProxyProcess
+from tests.support.proxy import ProxyProcess, TappedProxy, client_bodies
 from tests.support.scripted_agent import is_agent_summary, offers_bash
 
 pytestmark = pytest.mark.slow
@@ -36,6 +37,7 @@ WINDOW = 64_000
 STEPS = 160
 LINES = 800  # each listing is ~35,000 characters: Claude Code keeps up to 30,000 of it
 API_KEY = "sk-ant-test-0123456789abcdef-secret"
+RECALL = "compactd_recall"
 
 
 def run_claude(base_url: str, home: Path, workdir: Path, *args: str) -> dict[str, Any]:
@@ -68,10 +70,18 @@ def seen(body: dict[str, Any]) -> int:
     return estimate_prompt_tokens(body) - cleared
 
 
-def tally(requests: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the upstream saw of one run."""
+def from_claude(request: dict[str, Any]) -> bool:
+    """Claude Code's own request (compactd's summary calls come from its SDK)."""
+    return request["headers"].get("user-agent", "").startswith("claude-cli/")
+
+
+def tally(
+    requests: list[dict[str, Any]], count: Callable[[dict[str, Any]], int] = seen
+) -> dict[str, Any]:
+    """What the upstream saw of one run (`count`: its count of a prompt)."""
     messages = [r for r in requests if r["path"] == "/v1/messages"]
     answered = [r for r in messages if r["status"] == 200]
+    claude = [r for r in answered if from_claude(r)]
     edits = [  # of the agent's own requests (compactd's summary calls carry none)
         [e["type"] for e in (r["body"].get("context_management") or {}).get("edits", [])]
         for r in messages
@@ -90,10 +100,18 @@ def tally(requests: list[dict[str, Any]]) -> dict[str, Any]:
         "compactd_summaries": len(compactd_summaries),
         "requests": len(messages),
         "rejected": [r["status"] for r in messages if r["status"] != 200],
-        "largest": max(seen(r["body"]) for r in messages),
-        "input_tokens": sum(seen(r["body"]) for r in answered),
+        "too_long": sum(r["status"] == 400 and count(r["body"]) > WINDOW for r in messages),
+        "largest": max(count(r["body"]) for r in messages),
+        "input_tokens": sum(count(r["body"]) for r in answered),
+        "managed": sum(  # requests that carry compactd's tool: rendered by the proxy
+            RECALL in json.dumps(r["body"].get("tools") or []) for r in messages
+        ),
         "agent_summaries": sum(is_agent_summary(r["body"]) for r in messages),
         "agent_steps": sum(offers_bash(r["body"]) for r in answered),
+        # what the upstream reported of Claude Code's requests, and of its last one
+        "agent_input_tokens": sum(max(1, seen(r["body"])) for r in claude),
+        "last_agent_prompt": max(1, seen(claude[-1]["body"])) if claude else 0,
+        "calls_of_compactd": sum(not from_claude(r) for r in messages),
     }
 
 
@@ -105,16 +123,27 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         pytest.fail(f"{CLAUDE} is missing: `make agents` installs the pinned CLIs")
     base = tmp_path_factory.mktemp("claude")
     script = {"default": {"kind": "agent", "steps": STEPS, "lines": LINES}}
+    tapped: list[TappedProxy] = []
+
+    def proxy(data: Path, url: str) -> TappedProxy:
+        # an upstream that applies context edits, as the Anthropic API does
+        tapped.append(
+            TappedProxy(data, anthropic=url, window=WINDOW, args=["--context-editing", "server"])
+        )
+        return tapped[-1]
+
     with FakeAnthropicProcess(script={**script, "context_window": WINDOW}) as fake:
-        return both_ways(
+        out = both_ways(
             base,
             fake,
-            lambda data, url: ProxyProcess(data, anthropic=url, window=WINDOW),
+            proxy,
             run_claude,
             lambda first: ("--resume", first["session_id"]),
             tally,
             CLAUDE.name,
         )
+    out["proxy"]["client_bodies"] = client_bodies(tapped, "/v1/messages")
+    return out
 
 
 def test_straight_to_the_upstream_the_session_overflows_or_claude_code_compacts_it(
@@ -183,3 +212,124 @@ def test_the_session_is_compactd_s_and_the_key_is_never_written(runs: dict[str, 
         rf"session {re.escape(session_id)}: microcompact applied \([\d,]+ → [\d,]+ tokens\)",
         proxy["log"],
     ), proxy["log"]
+
+
+def test_stats_add_up_against_the_upstream_and_the_client(runs: dict[str, Any]) -> None:
+    """What `compactd stats` says of both runs through the proxy: the upstream's own count of
+    every request of Claude Code's, exactly; what Claude Code sent, within 5 % of the
+    upstream's count of those very bodies (sent straight, they would count that); compactd's
+    own calls one by one; nothing passed through unmanaged; a saving, in money too."""
+    proxy = runs["proxy"]
+    runs_seen = [proxy[f"{run}_seen"] for run in ("first", "resumed")]
+    totals = compactd_json(proxy["data"], "stats")["totals"]
+    assert totals["upstreamInputTokens"] == sum(s["agent_input_tokens"] for s in runs_seen)
+    assert totals["requests"] == sum(s["requests"] - s["calls_of_compactd"] for s in runs_seen)
+    assert totals["compactdCalls"] == sum(s["calls_of_compactd"] for s in runs_seen)
+    assert totals["passedThrough"] == 0
+    client = sum(max(1, seen(body)) for body in proxy["client_bodies"])
+    print("clientInputTokens", totals["clientInputTokens"], "upstream's count", client)
+    assert abs(totals["clientInputTokens"] - client) <= 0.05 * client
+    assert totals["savedInputTokens"] > 0 and totals["savedUsd"] > 0
+
+
+def test_context_shows_the_last_request_as_the_proxy_sent_it(runs: dict[str, Any]) -> None:
+    """`compactd context --json` of the session: the last request the proxy sent, system
+    prompt and tools included, at the window it used, within 2 % of the upstream's count."""
+    proxy = runs["proxy"]
+    session = proxy["resumed"]["session_id"]
+    shown = compactd_json(proxy["data"], "context", session)
+    last = proxy["resumed_seen"]["last_agent_prompt"]
+    print("context total", shown["total"], "reported", shown["reported"], "upstream", last)
+    assert shown["source"] == "proxy" and shown["window"] == WINDOW
+    assert shown["categories"]["system"] > 0 and shown["categories"]["tools"] > 0
+    assert shown["reported"] == last
+    assert abs(shown["total"] - last) <= 0.02 * last
+
+
+# ---- an Anthropic-compatible server that counts the body as sent ------------------------------
+
+
+@pytest.fixture(scope="module")
+def strict_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The same session against an upstream as strict as the API — thinking signatures
+    verified, at most four breakpoints, `clear_thinking` first and its beta header — that
+    counts the window on the body as sent (a local server behind `--window`, which neither
+    applies nor reports context edits): straight and through the proxy (`--context-editing`
+    left to `auto`, which clears in the body for any upstream but the Anthropic API). Each way:
+    the first run, then Claude Code's own `/compact`, then a resumed run."""
+    if not CLAUDE.exists():
+        pytest.fail(f"{CLAUDE} is missing: `make agents` installs the pinned CLIs")
+    base = tmp_path_factory.mktemp("strict")
+    script = {
+        "default": {"kind": "agent", "steps": STEPS, "lines": LINES},
+        "context_window": WINDOW,
+        "applies_edits": False,
+        "verify_signatures": True,
+    }
+    out: dict[str, Any] = {}
+    with FakeAnthropicProcess(script=script) as fake:
+        for way in ("direct", "proxy"):
+            home, work = base / way / "home", base / way / "work"
+            home.mkdir(parents=True)
+            work.mkdir(parents=True)
+            front = ProxyProcess(base / "data", anthropic=fake.base_url, window=WINDOW)
+            url = front.start().base_url if way == "proxy" else fake.base_url
+            runs: dict[str, Any] = {}
+            try:
+                steps = [("first", ["list the outputs"]), ("compact", ["/compact"])]
+                steps.append(("resumed", ["list them again"]))
+                session: str | None = None
+                for name, args in steps:
+                    fake.reset()
+                    resume = ["--resume", session] if session else []
+                    result = run_claude(url, home, work, *resume, *args)
+                    session = result["session_id"]
+                    runs[name] = result
+                    runs[f"{name}_seen"] = tally(fake.requests(), estimate_prompt_tokens)
+            finally:
+                front.stop()
+            runs["log"], runs["returncode"] = front.log if way == "proxy" else "", front.returncode
+            out[way] = runs
+    keys = ("requests", "rejected", "too_long", "largest", "input_tokens", "managed")
+    for way in ("direct", "proxy"):  # the figures decisions.md quotes (`pytest -s`)
+        for name in ("first", "compact", "resumed"):
+            seen_ = out[way][f"{name}_seen"]
+            print(f"strict {way} {name}:", {k: seen_[k] for k in keys})
+    return out
+
+
+def test_counted_as_sent_straight_the_window_refuses_and_claude_code_compacts(
+    strict_runs: dict[str, Any],
+) -> None:
+    first = strict_runs["direct"]["first_seen"]
+    assert first["too_long"] > 0 or first["agent_summaries"] > 0, first
+
+
+@pytest.mark.parametrize("run", ["first", "resumed"])
+def test_counted_as_sent_through_the_proxy_no_prompt_is_too_long(
+    strict_runs: dict[str, Any], run: str
+) -> None:
+    result, upstream = strict_runs["proxy"][run], strict_runs["proxy"][f"{run}_seen"]
+    assert not result["is_error"], result
+    assert result["result"] == f"Done: ran {STEPS} commands."
+    assert upstream["rejected"] == []  # no 400: signatures, breakpoints, edits, the window
+    assert upstream["largest"] <= WINDOW  # the body as sent
+    assert upstream["agent_summaries"] == 0  # Claude Code never had to compact it itself
+
+
+def test_after_claude_code_s_own_compact_every_request_is_managed(
+    strict_runs: dict[str, Any],
+) -> None:
+    """`/compact` rewrites the history Claude Code sends (a summary, then what it kept): a
+    branch of its own, and every request after it — the compaction's own included — is
+    rendered by compactd, none passed through."""
+    proxy = strict_runs["proxy"]
+    for run in ("compact", "resumed"):
+        upstream = proxy[f"{run}_seen"]
+        agent_requests = upstream["requests"] - upstream["compactd_summaries"]
+        assert upstream["managed"] == agent_requests, (run, upstream)
+        assert upstream["rejected"] == [], (run, upstream)
+    assert proxy["compact_seen"]["agent_summaries"] == 1  # the /compact ran
+    assert "cannot be kept" not in proxy["log"]
+    assert "forked branch" in proxy["log"]
+    assert proxy["returncode"] == 0

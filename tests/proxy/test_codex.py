@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.agent_runs import both_ways
+from tests.support.agent_runs import both_ways, compactd_json
 from tests.support.fake_openai import FakeOpenAIProcess, responses_prompt
-from tests.support.proxy import ProxyProcess
+from tests.support.proxy import TappedProxy, client_bodies
 from tests.support.scripted_agent import AGENT_SUMMARY_MARKERS
 
 pytestmark = pytest.mark.slow
@@ -95,10 +95,19 @@ def _last_text(body: dict[str, Any]) -> str:
     return ""
 
 
+def from_codex(request: dict[str, Any]) -> bool:
+    """Codex's own request (compactd's summary calls come from its own HTTP client)."""
+    return "codex" in request["headers"].get("user-agent", "").lower()
+
+
 def tally(requests: list[dict[str, Any]]) -> dict[str, Any]:
     calls = [r for r in requests if r["path"] == "/v1/responses"]
     answered = [r for r in calls if r["status"] == 200]
+    codex = [r for r in answered if from_codex(r)]
     return {
+        "agent_input_tokens": sum(responses_prompt(r["body"]) for r in codex),
+        "last_agent_prompt": responses_prompt(codex[-1]["body"]) if codex else 0,
+        "calls_of_compactd": sum(not from_codex(r) for r in calls),
         "requests": len(calls),
         "rejected": [r["status"] for r in calls if r["status"] != 200],
         "largest": max(responses_prompt(r["body"]) for r in calls),
@@ -115,16 +124,24 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         pytest.fail(f"{CODEX} is missing: `make agents` installs the pinned CLIs")
     base = tmp_path_factory.mktemp("codex")
     script = {"default": {"kind": "agent", "steps": STEPS, "lines": LINES}}
+    tapped: list[TappedProxy] = []
+
+    def proxy(data: Path, url: str) -> TappedProxy:
+        tapped.append(TappedProxy(data, openai=url, window=WINDOW))
+        return tapped[-1]
+
     with FakeOpenAIProcess(script={**script, "context_window": WINDOW}) as fake:
-        return both_ways(
+        out = both_ways(
             base,
             fake,
-            lambda data, url: ProxyProcess(data, openai=url, window=WINDOW),
+            proxy,
             run_codex,
             lambda first: ("resume", first["thread"]),
             tally,
             CODEX.name,
         )
+    out["proxy"]["client_bodies"] = client_bodies(tapped, "/v1/responses")
+    return out
 
 
 def test_straight_to_the_upstream_codex_compacts_the_session_itself(
@@ -163,3 +180,42 @@ def test_the_key_is_never_written(runs: dict[str, Any]) -> None:
         if path.is_file():
             assert API_KEY.encode() not in path.read_bytes(), path
     assert API_KEY not in proxy["log"]
+
+
+def test_stats_add_up_against_the_upstream_and_the_client(runs: dict[str, Any]) -> None:
+    """What `compactd stats` says of both runs through the proxy: the upstream's own count of
+    every request of Codex's, exactly; what Codex sent, within 5 % of the upstream's count of
+    those very bodies; compactd's own calls one by one; nothing passed through unmanaged."""
+    proxy = runs["proxy"]
+    runs_seen = [proxy[f"{run}_seen"] for run in ("first", "resumed")]
+    totals = compactd_json(proxy["data"], "stats")["totals"]
+    assert totals["upstreamInputTokens"] == sum(s["agent_input_tokens"] for s in runs_seen)
+    assert totals["requests"] == sum(s["requests"] - s["calls_of_compactd"] for s in runs_seen)
+    assert totals["compactdCalls"] == sum(s["calls_of_compactd"] for s in runs_seen)
+    assert totals["passedThrough"] == 0
+    client = sum(responses_prompt(body) for body in proxy["client_bodies"])
+    print("clientInputTokens", totals["clientInputTokens"], "upstream's count", client)
+    assert abs(totals["clientInputTokens"] - client) <= 0.05 * client
+    assert totals["savedInputTokens"] > 0 and totals["savedUsd"] > 0
+
+
+def test_context_shows_the_last_request_as_the_proxy_sent_it(runs: dict[str, Any]) -> None:
+    """`compactd context --json` of Codex's session: its last request as the proxy sent it,
+    instructions and tools included, within 2 % of the upstream's count."""
+    proxy = runs["proxy"]
+    sessions = compactd_json(proxy["data"], "stats")["sessions"]
+    session = sessions[0]["sessionId"]  # the newest: the resumed run's
+    shown = compactd_json(proxy["data"], "context", session)
+    last = proxy["resumed_seen"]["last_agent_prompt"]
+    print("context total", shown["total"], "reported", shown["reported"], "upstream", last)
+    assert shown["source"] == "proxy" and shown["window"] == WINDOW
+    assert shown["categories"]["system"] > 0 and shown["categories"]["tools"] > 0
+    assert shown["reported"] == last
+    assert abs(shown["total"] - last) <= 0.02 * last
+
+
+def test_codex_hanging_up_at_each_answer_s_end_logs_no_traceback(runs: dict[str, Any]) -> None:
+    """Codex closes its connection on `response.completed`; the proxy may still be ending the
+    stream: that is no error (it printed four `ClientConnectionResetError` tracebacks a run)."""
+    log = runs["proxy"]["log"]
+    assert "Traceback" not in log and " ERROR " not in log, log

@@ -24,7 +24,7 @@ from tests.support.fake_anthropic import (
 from tests.support.fake_openai import FakeOpenAI
 from tests.support.proxy import ROOT, ProxyProcess
 
-from .conftest import nodes_of, snapshot
+from .conftest import nodes_of, sessions_only, snapshot
 
 KEY = "sk-ant-errors-0123456789-secret"
 HEADERS = {"x-api-key": KEY, "anthropic-version": "2023-06-01", "content-type": "application/json"}
@@ -89,10 +89,12 @@ def test_a_body_that_is_not_json_is_a_400_in_each_api_s_shape(proxy: ProxyProces
 def test_a_body_the_api_would_refuse_is_refused_by_name(
     proxy: ProxyProcess, body: Any, names: str
 ) -> None:
-    before = snapshot(proxy.data_dir)
+    before = sessions_only(snapshot(proxy.data_dir))
     message = anthropic_error(post(proxy, "/v1/messages", body), 400)
     assert names in message
-    assert snapshot(proxy.data_dir) == before
+    # no session holds any of it (a body compactd cannot read goes upstream as sent, and the
+    # request log counts it as relayed unmanaged: that row is all it leaves)
+    assert sessions_only(snapshot(proxy.data_dir)) == before
 
 
 def test_an_unknown_path_is_a_404(proxy: ProxyProcess) -> None:
@@ -153,8 +155,8 @@ def test_an_upstream_that_is_down_is_a_502_and_the_session_is_unchanged(tmp_path
 def test_prompt_too_long_runs_tier_5_and_retries_once(tmp_path: Path) -> None:
     """The upstream counts four times compactd's estimate (past the 2.5× a usage report is
     held to): Tier 5 takes its count as the truth, shrinks the request to fit it and the retry
-    goes through — the client never sees the 400. A second refusal of the retry reaches the
-    client as the upstream's error."""
+    goes through, with fewer bytes — the client never sees the 400. A second refusal of the
+    retry reaches the client as the upstream's error, and that request wrote nothing."""
     big = "word " * 40_000
     history = [{"role": "user", "content": "first question"}]
     for i in range(12):
@@ -184,18 +186,17 @@ def test_prompt_too_long_runs_tier_5_and_retries_once(tmp_path: Path) -> None:
         assert response.json()["content"][0]["text"] == "fits now"
         first, retry = fake.messages_requests()
         assert seen(retry.body) < seen(first.body)  # what the model sees after the edits
+        assert len(retry.raw) < len(first.raw)  # and what is sent: never the same bytes
         assert "reactive" in proxy.log or "prompt is too long" in proxy.log
 
         fake.reset()
         fake.push(Reply.prompt_too_long(prompt_tokens=40_000, limit_tokens=20_000), times=2)
-        again = [
-            *history,
-            {"role": "assistant", "content": "fits now"},
-            {"role": "user", "content": "one more"},
-        ]
-        refused = post(proxy, "/v1/messages", {**body, "messages": again}, headers)
+        other = {**headers, "x-claude-code-session-id": "tier5-refused"}
+        refused = post(proxy, "/v1/messages", body, other)
         assert anthropic_error(refused, 400).startswith("prompt is too long")
-        assert len(fake.messages_requests()) == 2  # once, then the one retry: never a loop
+        first, retry = fake.messages_requests()  # once, then the one retry: never a loop
+        assert len(retry.raw) < len(first.raw)
+        assert not (tmp_path / "data" / "sessions" / "tier5-refused.jsonl").exists()
 
 
 def test_listening_beyond_loopback_needs_a_flag(tmp_path: Path) -> None:

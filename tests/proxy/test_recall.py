@@ -189,3 +189,44 @@ def test_responses_that_only_recall_are_answered_inside_the_proxy(
     _asked, follow_up = fake.records[before:]
     outputs = [i for i in follow_up["body"]["input"] if i.get("type") == "function_call_output"]
     assert outputs[-1]["call_id"] == "call_rc" and LINES[201] in outputs[-1]["output"]
+
+
+def test_a_search_is_answered_inside_the_proxy_and_a_bad_one_is_the_model_s_error(
+    proxy: ProxyProcess, fakes: tuple[FakeAnthropic, FakeOpenAI]
+) -> None:
+    """The model searches the cut file for what it needs: the proxy answers with the matching
+    line and its number; a regular expression RE2 will not run comes back as an error result
+    the model reads, and the client still gets one answer."""
+    fake = fakes[0]
+    fake.reset()
+    session = "recall-search"
+    handle = first_handle(fake, proxy, session)
+    messages, headers = history(session)
+    messages += [
+        {"role": "assistant", "content": [{"type": "text", "text": "I see a long file."}]},
+        {"role": "user", "content": "which setting is worth 2009?"},
+    ]
+    search = {"handle": handle, "search": "is 2009", "context": 0}
+    bad = {"handle": handle, "search": "(\\d+)\\1", "regex": True}
+    fake.push(
+        Reply.blocks(
+            [
+                {"type": "tool_use", "id": "toolu_s1", "name": "compactd_recall", "input": search},
+                {"type": "tool_use", "id": "toolu_s2", "name": "compactd_recall", "input": bad},
+            ],
+            stop_reason="tool_use",
+        )
+    )
+    fake.push(Reply.answer("Setting 287."))
+    before = len(fake.messages_requests())
+    answer = client(proxy).messages.create(
+        model="claude-sonnet-4-5", max_tokens=512, messages=messages, extra_headers=headers
+    )
+    assert answer.content[-1].text == "Setting 287."
+    _asked, follow_up = fake.messages_requests()[before:]
+    found, refused = follow_up.body["messages"][-1]["content"]
+    assert found["tool_use_id"] == "toolu_s1" and "is_error" not in found
+    assert f"\n288:{LINES[287]}" in found["content"]  # line 288 of the file is setting 287
+    assert "1 line match" in found["content"] and LINES[286] not in found["content"]
+    assert refused["tool_use_id"] == "toolu_s2" and refused["is_error"] is True
+    assert "backreferences" in refused["content"]

@@ -94,3 +94,48 @@ def test_opencode_like_compacts_over_its_usable_window_keeping_a_bounded_tail() 
     # the summary and at most min(15K, max(2K, a quarter of the limit)) of the newest messages
     assert tokens <= 20_000 + 2_000 + 10_000
     assert tokens <= 40_000
+
+
+def test_cc_like_compacts_over_its_threshold_into_a_summary_and_restored_files() -> None:
+    """Claude Code's autocompact: window − min(reserve, 20K) − 13K; after it, the summary and
+    ~10K of restored files stand for everything before. At 48K the system prompt, the summary
+    and the restored files are over that line already: it summarizes on every request."""
+    from compactd.context.replay.anchors import ClaudeCodeLike
+
+    cc = ClaudeCodeLike(SYSTEM, window=64_000, limit=56_000)
+    assert cc.threshold == 64_000 - 8_000 - 13_000
+    sent = [cc.request("main", "main", items) for items in history(20, 2_000)]
+    first = next(i for i, s in enumerate(sent) if s.calls)
+    assert sum(t for _, t in sent[first - 1].blocks) <= cc.threshold
+    assert sum(t for _, t in sent[first].blocks) == 20_000 + 2_000 + 10_000
+    small = ClaudeCodeLike(SYSTEM, window=48_000, limit=40_000)
+    calls = [len(small.request("main", "main", items).calls) for items in history(12, 1_000)]
+    first = calls.index(1)
+    assert all(calls[first:])  # once over, a summary with every request
+
+
+def test_server_side_compaction_summarizes_as_a_cached_fork_and_cannot_serve_under_50k() -> None:
+    """anthropic-api.md §2a: the trigger is min(150K, limit − 10K), never under the API's 50K
+    minimum; the request over it is summarized first, reading what the previous request cached
+    (priced as a fork), and later requests carry the summary and what follows it."""
+    from compactd.context.replay.anchors import ServerSideCompaction
+    from compactd.context.replay.cache_model import price_call
+
+    server = ServerSideCompaction(SYSTEM, window=64_000, limit=56_000)
+    assert (server.trigger, server.serves) == (50_000, True)
+    assert ServerSideCompaction(SYSTEM, 200_000, 192_000).trigger == 150_000
+    small = ServerSideCompaction(SYSTEM, window=48_000, limit=40_000)
+    assert (small.trigger, small.serves) == (50_000, False)
+    assert small.notes() == {"trigger": 50_000, "servesWindow": False}
+    steps = history(20, 2_000)
+    sent = [server.request("main", "main", items) for items in steps]
+    first = next(i for i, s in enumerate(sent) if s.calls)
+    (call,) = sent[first].calls
+    previous = sum(t for _, t in sent[first - 1].blocks)
+    assert call.purpose == "compaction" and call.read == previous and call.input > 50_000
+    assert price_call(call.purpose, call.input, call.output, read=call.read) == (
+        call.input - previous + 0.1 * previous + 5 * 2_000
+    )
+    assert sum(t for _, t in sent[first].blocks) == 20_000 + 2_000
+    # then only the summary and what follows: the next request is it plus one step
+    assert sum(t for _, t in sent[first + 1].blocks) == 20_000 + 2_000 + 100 + 2_000

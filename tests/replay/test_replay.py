@@ -110,6 +110,31 @@ def test_small_windows_fit_and_cost_no_more_than_the_codex_like_policy(
         assert mine.llm_calls_per_100 <= codex.llm_calls_per_100
 
 
+@pytest.mark.parametrize("window", [48_000, 64_000])
+@pytest.mark.parametrize("path", CLAUDE, ids=lambda p: p.name[:8])
+def test_small_windows_cost_no_more_than_the_cheapest_anchor_that_serves_them(
+    path: Path, window: int
+) -> None:
+    """economy.md's settings (8,000 reserved, writes at 1.25×): compactd's main thread costs no
+    more than the cheapest of the Codex-like, opencode-like, CC-like and server-side policies —
+    server-side only where its 50K minimum trigger fits the limit — with no more LLM calls per
+    100 requests, nothing over the window and no "cannot fit". (The fourteen sessions' table,
+    and where this does not hold, is in docs/decisions.md.)"""
+    report = run(path, window, write_price=1.25)
+    main = report.main
+    serving = [
+        name
+        for name in ("codex", "opencode", "claude-code", "server")
+        if report.anchor_notes.get(name, {}).get("servesWindow", True)
+    ]
+    assert ("server" in serving) is (window == 64_000)
+    cheapest = min(serving, key=lambda name: main[name].cost)
+    mine = main["compactd"]
+    assert mine.cost <= main[cheapest].cost
+    assert mine.llm_calls_per_100 <= main[cheapest].llm_calls_per_100
+    assert mine.over_window == 0 and mine.cannot_fit == 0
+
+
 @pytest.mark.parametrize("path", CLAUDE, ids=lambda p: p.name[:8])
 def test_the_fit_makes_no_management_agree_with_the_recorded_run(path: Path) -> None:
     """Fitted on the recorded calls before the first recorded compaction: the no-management

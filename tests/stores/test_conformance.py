@@ -327,6 +327,26 @@ def test_counts_are_kept_beside_the_log_and_listed_with_it(backend: Backend) -> 
     assert backend.engine().keep_counts(sid).turns == 2
 
 
+def test_the_request_log_reads_back_in_order_by_time_and_session(backend: Backend) -> None:
+    """What the proxy records of each request: read back by another store object in the
+    order written, from a time on (rows of earlier days too), of one session or all."""
+    day = 86_400.0
+    rows = [
+        {"at": 10 * day + 5, "sessionId": "a", "kind": "request", "n": 1},
+        {"at": 10 * day + 6, "sessionId": "b", "kind": "call", "n": 2},
+        {"at": 12 * day + 1, "sessionId": "a", "kind": "passed", "n": 3},
+    ]
+    writer = backend.store()
+    assert writer.read_requests() == []
+    writer.log_requests(rows[:2])
+    writer.log_requests(rows[2:])
+    reader = backend.store()
+    assert reader.read_requests() == rows
+    assert [r["n"] for r in reader.read_requests(since=10 * day + 6)] == [2, 3]
+    assert [r["n"] for r in reader.read_requests(session_id="a")] == [1, 3]
+    assert reader.read_requests(since=11 * day, session_id="b") == []
+
+
 @pytest.mark.parametrize("what", ["open", "import"])
 def test_a_create_that_fails_part_way_leaves_nothing(
     backend: Backend, monkeypatch: pytest.MonkeyPatch, what: str

@@ -387,3 +387,16 @@ def test_the_sweep_moves_aside_what_failed_creates_left(store: FileStore) -> Non
     engine.open("empty")  # the id is free again
     [released] = store.sweep()  # its creator is gone now
     assert released.startswith(f"{live.name} (a create that never finished): moved to torn/")
+
+
+def test_a_torn_request_row_is_skipped_and_never_swallows_the_next(store: FileStore) -> None:
+    """The request log is a figure, not fsync'ed: a row a failed write left half-written is
+    skipped on read, sealed before the next write, and the day's file is 0600."""
+    store.log_requests([{"at": 100.0, "sessionId": "s", "n": 1}])
+    [path] = list(store.requests_dir.iterdir())
+    with path.open("ab") as f:
+        f.write(b'{"at": 100.5, "sessionId": "s", "n"')  # a row cut by a full disk
+    store.log_requests([{"at": 101.0, "sessionId": "s", "n": 2}])
+    assert [r["n"] for r in FileStore(store.root).read_requests()] == [1, 2]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(store.requests_dir.stat().st_mode) == 0o700

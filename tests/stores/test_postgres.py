@@ -85,7 +85,7 @@ def test_an_unreachable_database_is_a_clear_error(tmp_path: Any) -> None:
 
 def test_a_database_of_the_first_schema_is_brought_up_to_date(pg_url: str) -> None:
     """A database an older compactd set up (schema 1, a session in it) gains the table of
-    listing counts; its sessions are untouched and listed."""
+    listing counts and the request log; its sessions are untouched and listed."""
     from compactd.context.stores import postgres
 
     with psycopg.connect(pg_url, autocommit=True) as conn, conn.transaction():
@@ -109,8 +109,12 @@ def test_a_database_of_the_first_schema_is_brought_up_to_date(pg_url: str) -> No
         assert (sid, stat.cursor, counts) == ("old", 1, None)
         kept = Engine(store).keep_counts("old")
         assert store.listing()[0][2] == kept
+        store.log_requests([{"at": 1.0, "sessionId": "old", "kind": "request"}])
+        assert store.read_requests(session_id="old") == [
+            {"at": 1.0, "sessionId": "old", "kind": "request"}
+        ]
     finally:
         store.close()
     with psycopg.connect(pg_url) as conn:
         versions = [r[0] for r in conn.execute("SELECT version FROM compactd.schema_version")]
-    assert sorted(versions) == [1, 2]
+    assert sorted(versions) == [1, 2, 3]

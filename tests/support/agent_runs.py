@@ -3,6 +3,10 @@ through `compactd proxy` — each then resumed: what the agent tests compare."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -97,3 +101,16 @@ def chat_tally(requests: list[dict[str, Any]]) -> dict[str, Any]:
         "input_tokens": sum(chat_prompt(r["body"]) for r in answered),
         "agent_compactions": own,
     }
+
+
+def compactd_json(data: Path, *args: str) -> Any:
+    """`compactd ARGS --json` on a proxy's data dir, read (`stats`, `context`)."""
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("compactd")), *args, "--json"],
+        env={**os.environ, "COMPACTD_DATA_DIR": str(data)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)

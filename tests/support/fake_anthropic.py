@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from .scripted_agent import agent_content
+from . import faults
+from .scripted_agent import agent_content, thinking_signature
 
 DEFAULT_ANSWER = "Fake summary: the user asked for work; the assistant did it."
 DEFAULT_MODEL = "claude-haiku-4-5"
@@ -86,6 +87,8 @@ CLEAR_TOOL_USES = "clear_tool_uses_20250919"
 CLEAR_THINKING = "clear_thinking_20251015"
 COMPACT_EDIT = "compact_20260112"
 KNOWN_EDITS = frozenset({CLEAR_TOOL_USES, CLEAR_THINKING, COMPACT_EDIT})
+MODELS_PATH = "/v1/models"
+MODELS = ("claude-sonnet-4-5", "claude-haiku-4-5", "claude-opus-4-1")
 
 
 # --------------------------------------------------------------------------------------------
@@ -103,6 +106,12 @@ class Reply:
     ``count`` (a count_tokens answer; `count=None` means the fake's own estimate), ``agent``
     (the scripted model of `scripted_agent`: `steps` Bash calls of `lines` output lines each,
     decided from the request; usually the `default`, so it answers every request).
+
+    Any answer may break as networks do (`broken`): `fault` is ``reset`` (the connection reset,
+    an RST), ``silence`` (nothing more is sent until the client leaves or the server stops),
+    ``malformed`` (an event whose data is not JSON, then the rest; a whole answer whose body is
+    not JSON) or ``end`` (the stream closed cleanly where it stands; a whole answer's body cut
+    short of its length), after `fault_at` SSE events of a stream or bytes of a whole body.
     """
 
     kind: str = "text"
@@ -128,6 +137,8 @@ class Reply:
     then: Reply | None = None
     count: int | None = None
     original_input_tokens: int | None = None
+    fault: str | None = None
+    fault_at: int = 0
 
     # -- successes ---------------------------------------------------------------------------
 
@@ -239,6 +250,11 @@ class Reply:
         """A 200 stream that sends some text deltas, then ``event: error``."""
         return cls(kind="stream_error", text=partial_text, error_type=error_type, message=message)
 
+    def broken(self, fault: str, at: int = 3) -> Reply:
+        """This answer, breaking with `fault` after `at` events (a stream) or bytes (a whole
+        body): see the class docstring."""
+        return replace(self, fault=faults.check(fault), fault_at=at)
+
     # -- (de)serialisation for script files and the control endpoint ----------------------------
 
     def to_dict(self) -> dict[str, Any]:
@@ -308,6 +324,8 @@ class RecordedRequest:
 
     @property
     def endpoint(self) -> str:
+        if self.path == MODELS_PATH or self.path.startswith(MODELS_PATH + "/"):
+            return "models"
         return {MESSAGES_PATH: "messages", COUNT_TOKENS_PATH: "count_tokens"}.get(
             self.path, "other"
         )
@@ -528,6 +546,42 @@ def context_management_error(body: dict[str, Any], betas: Sequence[str]) -> str 
     return None
 
 
+MAX_CACHE_BREAKPOINTS = 4
+
+
+def breakpoints_error(body: dict[str, Any]) -> str | None:
+    """The API takes at most four blocks with `cache_control` (system, tools and messages)."""
+    found = 0
+    for tool in body.get("tools") or []:
+        found += isinstance(tool, dict) and "cache_control" in tool
+    system = body.get("system")
+    for block in system if isinstance(system, list) else []:
+        found += isinstance(block, dict) and "cache_control" in block
+    for message in body.get("messages") or []:
+        for block in _blocks(message.get("content") if isinstance(message, dict) else None):
+            found += isinstance(block, dict) and "cache_control" in block
+    if found > MAX_CACHE_BREAKPOINTS:
+        return (
+            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
+            f"Found {found}."
+        )
+    return None
+
+
+def signature_error(body: dict[str, Any]) -> str | None:
+    """A thinking block must come back with exactly the text its signature was made for (the
+    scripted model's signatures: `thinking_signature`)."""
+    for index, message in enumerate(body.get("messages") or []):
+        for position, block in enumerate(_blocks(message.get("content"))):
+            if not isinstance(block, dict) or block.get("type") != "thinking":
+                continue
+            if block.get("signature") != thinking_signature(str(block.get("thinking", ""))):
+                return (
+                    f"messages.{index}.content.{position}: Invalid `signature` in `thinking` block"
+                )
+    return None
+
+
 def validate_request(body: Any, *, endpoint: str, betas: Sequence[str] = ()) -> str | None:
     """The first rule the request breaks, as the real API's error message; None when valid."""
     if not isinstance(body, dict):
@@ -552,6 +606,7 @@ def validate_request(body: Any, *, endpoint: str, betas: Sequence[str] = ()) -> 
         or tool_pairing_error(messages)
         or thinking_order_error(body)
         or context_management_error(body, betas)
+        or breakpoints_error(body)
     )
 
 
@@ -716,6 +771,9 @@ class FakeAnthropic:
     forces what a request with `context_management` reports (otherwise it is computed);
     `context_window` / `max_request_bytes` make over-size requests fail like the real API.
     A request that breaks a validation rule gets a 400 and consumes no scripted reply.
+    `applies_edits` False: an Anthropic-compatible server that counts the body as sent — the
+    window before any context edit, which it neither applies nor reports. `verify_signatures`:
+    every thinking block must carry the signature the scripted model gave its text.
     """
 
     def __init__(
@@ -732,6 +790,8 @@ class FakeAnthropic:
         self.applied_edits: list[dict[str, Any]] | None = None
         self.context_window: int | None = None
         self.max_request_bytes: int | None = None
+        self.applies_edits = True
+        self.verify_signatures = False
         self._host = host
         self._port = port
         self._lock = threading.Lock()
@@ -743,6 +803,7 @@ class FakeAnthropic:
         self._message_ids = itertools.count(1)
         self._stopping = threading.Event()
         self._holds: deque[Hold] = deque()
+        self._silences = faults.Silences()
         self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -827,7 +888,14 @@ class FakeAnthropic:
             self.push(Reply.from_dict(item), times=int(item.get("times", 1)))
         for item in script.get("count_tokens", []):
             self.push_count_tokens(Reply.from_dict(item), times=int(item.get("times", 1)))
-        for key in ("api_key", "applied_edits", "context_window", "max_request_bytes"):
+        for key in (
+            "api_key",
+            "applied_edits",
+            "context_window",
+            "max_request_bytes",
+            "applies_edits",
+            "verify_signatures",
+        ):
             if key in script:
                 setattr(self, key, script[key])
 
@@ -889,7 +957,8 @@ class FakeAnthropic:
         request_id = f"req_fake_{next(self._ids):06d}"
         self._answered[request_id] = request
 
-        if request.endpoint == "other" or method != "POST":
+        expected = "GET" if request.endpoint == "models" else "POST"
+        if request.endpoint == "other" or method != expected:
             self._send_error(
                 handler, request_id, Reply.error(404, message=f"Not found: {url.path}")
             )
@@ -907,6 +976,9 @@ class FakeAnthropic:
             message = "anthropic-version: header is required"
             self._send_error(handler, request_id, Reply.error(400, message=message))
             return
+        if request.endpoint == "models":
+            self._answer_models(handler, request_id, url.path)
+            return
         if self.max_request_bytes is not None and len(raw) > self.max_request_bytes:
             self._send_error(handler, request_id, Reply.too_large())
             return
@@ -915,6 +987,8 @@ class FakeAnthropic:
             self._send_error(handler, request_id, Reply.error(400, message=message))
             return
         problem = validate_request(body, endpoint=request.endpoint, betas=request.betas)
+        if problem is None and self.verify_signatures:
+            problem = signature_error(body)
         if problem is not None:
             self._send_error(handler, request_id, Reply.error(400, message=problem))
             return
@@ -922,7 +996,7 @@ class FakeAnthropic:
             # the window holds the prompt the model sees: context edits apply server-side
             # "before the prompt reaches Claude" (the context-editing docs), so a request whose
             # edits clear enough fits
-            edits = compute_applied_edits(body) if "context_management" in body else []
+            edits = self._edits(body) or []
             cleared = sum(int(edit.get("cleared_input_tokens", 0)) for edit in edits)
             prompt_tokens = estimate_prompt_tokens(body) - cleared
             if prompt_tokens > self.context_window:
@@ -941,6 +1015,19 @@ class FakeAnthropic:
                     if self._stopping.is_set():
                         return
             self._answer_message(handler, request_id, body, self._next(self._messages_queue))
+
+    def _edits(
+        self, body: dict[str, Any], reply: Reply | None = None
+    ) -> list[dict[str, Any]] | None:
+        """The context edits this request gets applied (None: it asks for none, or this
+        server applies none)."""
+        if "context_management" not in body or not self.applies_edits:
+            return None
+        if reply is not None and reply.applied_edits is not None:
+            return reply.applied_edits
+        if self.applied_edits is not None:
+            return self.applied_edits
+        return compute_applied_edits(body)
 
     def _next(self, queue: deque[Reply], *, count: bool = False) -> Reply:
         with self._lock:
@@ -973,10 +1060,8 @@ class FakeAnthropic:
             return
         original = estimate_prompt_tokens(body)
         answer: dict[str, Any] = {}
-        if "context_management" in body:
-            edits = self.applied_edits
-            if edits is None:
-                edits = compute_applied_edits(body)
+        edits = self._edits(body)
+        if edits is not None:
             cleared = sum(int(edit.get("cleared_input_tokens", 0)) for edit in edits)
             answer["input_tokens"] = max(1, original - cleared)
             answer["context_management"] = {
@@ -1007,26 +1092,48 @@ class FakeAnthropic:
             content, stop = agent_content(body, steps=resolved.steps, lines=resolved.lines)
             resolved = replace(resolved, content=content, stop_reason=stop)
         message = self._message(body, resolved)
-        if not streaming:
+        if not streaming and resolved.fault is not None:
+            self._send_broken_json(handler, message, request_id, resolved)
+        elif not streaming:
             self._send_json(handler, 200, message, request_id)
         elif resolved.kind == "stream_error":
             self._stream_cut_by_error(handler, request_id, message, resolved)
         else:
             self._stream_message(handler, request_id, message, resolved)
 
+    def _answer_models(self, handler: _Handler, request_id: str, path: str) -> None:
+        """`GET /v1/models` (the list, newest first) and `GET /v1/models/{id}`."""
+        models = [
+            {
+                "type": "model",
+                "id": name,
+                "display_name": name.replace("-", " ").title(),
+                "created_at": "2025-09-29T00:00:00Z",
+            }
+            for name in MODELS
+        ]
+        wanted = path[len(MODELS_PATH) + 1 :]
+        if not wanted:
+            page = {
+                "data": models,
+                "has_more": False,
+                "first_id": models[0]["id"],
+                "last_id": models[-1]["id"],
+            }
+            self._send_json(handler, 200, page, request_id)
+            return
+        found = next((m for m in models if m["id"] == wanted), None)
+        if found is None:
+            self._send_error(handler, request_id, Reply.error(404, message=f"model: {wanted}"))
+            return
+        self._send_json(handler, 200, found, request_id)
+
     def _message(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
         """The full non-streaming Message (notes §6): every field the SDK types expect."""
         content = (
             reply.content if reply.content is not None else [{"type": "text", "text": reply.text}]
         )
-        edits: list[dict[str, Any]] | None = None
-        if "context_management" in body:
-            if reply.applied_edits is not None:
-                edits = reply.applied_edits
-            elif self.applied_edits is not None:
-                edits = self.applied_edits
-            else:
-                edits = compute_applied_edits(body)
+        edits = self._edits(body, reply)
         input_tokens = reply.input_tokens
         if input_tokens is None:  # like the API: the prompt after its own context edits
             cleared = sum(int(e.get("cleared_input_tokens", 0)) for e in edits or [])
@@ -1109,12 +1216,7 @@ class FakeAnthropic:
         """One SSE event (with its `event:` line — the SDK ignores events without one)."""
         if delay and self._stopping.wait(delay):
             raise _ClientGone
-        payload = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
-        try:
-            handler.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
-            handler.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError) as gone:
-            raise _ClientGone from gone
+        self._chunk(handler, f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
 
     def _close_stream(self, handler: _Handler) -> None:
         try:
@@ -1123,8 +1225,7 @@ class FakeAnthropic:
         except (BrokenPipeError, ConnectionResetError) as gone:
             raise _ClientGone from gone
 
-    def _stream_start(self, handler: _Handler, request_id: str, message: dict[str, Any]) -> None:
-        self._open_stream(handler, request_id)
+    def _start_events(self, message: dict[str, Any]) -> list[tuple[str, dict[str, Any], float]]:
         usage = message["usage"]
         started = {
             **message,
@@ -1134,12 +1235,20 @@ class FakeAnthropic:
             "usage": {**usage, "output_tokens": 1},
         }
         started.pop("context_management", None)
-        self._event(handler, "message_start", {"type": "message_start", "message": started})
-        self._event(handler, "ping", {"type": "ping"})
+        return [
+            ("message_start", {"type": "message_start", "message": started}, 0.0),
+            ("ping", {"type": "ping"}, 0.0),
+        ]
 
-    def _stream_block(
-        self, handler: _Handler, index: int, block: dict[str, Any], reply: Reply
-    ) -> None:
+    def _stream_start(self, handler: _Handler, request_id: str, message: dict[str, Any]) -> None:
+        self._open_stream(handler, request_id)
+        for name, data, _delay in self._start_events(message):
+            self._event(handler, name, data)
+
+    @staticmethod
+    def _block_events(
+        index: int, block: dict[str, Any], reply: Reply
+    ) -> list[tuple[str, dict[str, Any], float]]:
         """content_block_start, its deltas, content_block_stop for one block."""
         block_type = block.get("type")
         delay = reply.chunk_delay
@@ -1162,18 +1271,20 @@ class FakeAnthropic:
         else:
             start_block, deltas = block, []
         start = {"type": "content_block_start", "index": index, "content_block": start_block}
-        self._event(handler, "content_block_start", start)
+        events = [("content_block_start", start, 0.0)]
         for delta in deltas:
             event = {"type": "content_block_delta", "index": index, "delta": delta}
-            self._event(handler, "content_block_delta", event, delay)
-        self._event(handler, "content_block_stop", {"type": "content_block_stop", "index": index})
+            events.append(("content_block_delta", event, delay))
+        stop = {"type": "content_block_stop", "index": index}
+        events.append(("content_block_stop", stop, 0.0))
+        return events
 
     def _stream_message(
         self, handler: _Handler, request_id: str, message: dict[str, Any], reply: Reply
     ) -> None:
-        self._stream_start(handler, request_id, message)
+        events = self._start_events(message)
         for index, block in enumerate(message["content"]):
-            self._stream_block(handler, index, block, reply)
+            events += self._block_events(index, block, reply)
         delta: dict[str, Any] = {
             "type": "message_delta",
             "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
@@ -1181,9 +1292,70 @@ class FakeAnthropic:
         }
         if "context_management" in message:
             delta["context_management"] = message["context_management"]
-        self._event(handler, "message_delta", delta)
-        self._event(handler, "message_stop", {"type": "message_stop"})
+        events.append(("message_delta", delta, 0.0))
+        events.append(("message_stop", {"type": "message_stop"}, 0.0))
+        self._open_stream(handler, request_id)
+        at = min(reply.fault_at, len(events)) if reply.fault is not None else None
+        for position, event in enumerate([*events, None]):
+            if position == at and not self._fault(handler, str(reply.fault)):
+                return
+            if event is not None:
+                self._event(handler, *event)
         self._close_stream(handler)
+
+    # -- broken answers ------------------------------------------------------------------------
+
+    def _fault(self, handler: _Handler, fault: str) -> bool:
+        """Break a stream as `fault` says; True when the rest is still to be sent."""
+        if fault == "malformed":
+            self._chunk(handler, b"event: content_block_delta\n" + faults.MALFORMED)
+            return True
+        if fault == "end":
+            self._close_stream(handler)
+            return False
+        if fault == "silence":
+            self._silences.hold(handler.connection, self._stopping)
+        faults.reset(handler.connection)
+        raise _ClientGone
+
+    def _send_broken_json(
+        self, handler: _Handler, message: dict[str, Any], request_id: str, reply: Reply
+    ) -> None:
+        """A whole answer that breaks after `fault_at` bytes of its body."""
+        data = json.dumps(message).encode()
+        if reply.fault == "malformed":
+            data = data[: max(1, len(data) // 2)]
+        try:
+            handler.send_response(200)
+            handler.send_header("content-type", "application/json")
+            handler.send_header("content-length", str(len(data)))
+            handler.send_header("request-id", request_id)
+            handler.end_headers()
+            faults.send_whole_broken(
+                handler.wfile.write,
+                handler.connection,
+                data,
+                str(reply.fault),
+                reply.fault_at,
+                self._silences,
+                self._stopping,
+            )
+        except (BrokenPipeError, ConnectionResetError) as gone:
+            raise _ClientGone from gone
+        if reply.fault != "malformed":
+            raise _ClientGone
+
+    @property
+    def silent(self) -> int:
+        """Answers held in `silence` right now, their clients still connected."""
+        return self._silences.count
+
+    def _chunk(self, handler: _Handler, payload: bytes) -> None:
+        try:
+            handler.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
+            handler.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError) as gone:
+            raise _ClientGone from gone
 
     def _stream_cut_by_error(
         self, handler: _Handler, request_id: str, message: dict[str, Any], reply: Reply

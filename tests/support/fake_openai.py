@@ -5,9 +5,12 @@ count (about four characters a token of the request's JSON) — 400 `context_len
 call without its output or an output without its call; a body that is not JSON. It streams SSE
 as the APIs do (Responses: named events with sequence numbers, `response.completed` carrying the
 whole response and its usage; Chat Completions: `chat.completion.chunk` data lines and
-`[DONE]`). Replies are scripted: a queue of `text` / `call` replies, then the `default`, which
-may be the `agent` model — `steps` shell calls with outputs of `lines` lines, decided from the
-request alone (its last item names the step it answers), like `scripted_agent` for Claude Code.
+`[DONE]`). Replies are scripted: a queue of `text` / `call` / `error` replies, then the
+`default`, which may be the `agent` model — `steps` shell calls with outputs of `lines` lines,
+decided from the request alone (its last item names the step it answers), like
+`scripted_agent` for Claude Code. A reply with `"fault"` (see `faults`) breaks after `"at"`
+events of its stream or bytes of its body. It also lists models (`GET /v1/models`) and answers
+Codex's remote compaction (`POST /v1/responses/compact`).
 
     python -m tests.support.fake_openai --port 0 [--script FILE]   # prints PORT=<n>
 
@@ -33,6 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from . import faults
 from .scripted_agent import (
     AGENT_SUMMARY_MARKERS,
     PROGRESS,
@@ -45,6 +49,7 @@ from .scripted_agent import (
 CONTROL = "/_fake/"
 STEP_ID = re.compile(r"^call_(?P<run>[0-9a-f]{8})_(?P<step>\d{4})$")
 SHELL_TOOLS = ("exec_command", "shell", "run_shell_command", "bash")
+MODELS = ("gpt-5-codex", "gpt-5", "gpt-4o")
 RESPONSES_OVERFLOW = (
     "Your input exceeds the context window of this model. Please adjust your input and try again."
 )
@@ -274,6 +279,13 @@ class FakeOpenAI:
         self.records: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.ids = itertools.count(1)
+        self.silences = faults.Silences()
+        self.stopping = threading.Event()
+        self.linger = 0.0  # seconds a Responses stream stays open after its last event
+        # set by a test that must see a stream break after its client has its first events:
+        # the fault waits for it (a reset noticed before the proxy read what came before it
+        # would be a failure before the first byte instead)
+        self.fault_gate: threading.Event | None = None
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -327,8 +339,12 @@ class FakeOpenAI:
             self.records.append(record)
         if not (h.headers.get("authorization") or "").startswith("Bearer "):
             return self.error(h, record, 401, "You didn't provide an API key.", "invalid_api_key")
+        if method == "GET" and (path == "/v1/models" or path.startswith("/v1/models/")):
+            return self.models(h, record, path)
         if body is None:
             return self.error(h, record, 400, "We could not parse the JSON body of your request.")
+        if path == "/v1/responses/compact":
+            return self.compact(h, body)
         if path == "/v1/responses":
             problem = responses_error(body)
             size = responses_prompt(body) if problem is None else 0
@@ -350,11 +366,17 @@ class FakeOpenAI:
             return self.error(h, record, 400, problem)
         with self.lock:
             reply = self.queue.popleft() if self.queue else self.default
+        if reply.get("kind") == "error":
+            status = int(reply.get("status", 500))
+            return self.error(h, record, status, str(reply.get("message", "")), reply.get("code"))
         output = self.output(body, reply)
+        fault = None
+        if "fault" in reply:
+            fault = (faults.check(reply["fault"]), int(reply.get("at", 2)))
         if path == "/v1/responses":
-            self.respond_responses(h, body, output, size)
+            self.respond_responses(h, body, output, size, fault)
         else:
-            self.respond_chat(h, body, output, size)
+            self.respond_chat(h, body, output, size, fault)
 
     def output(self, body: dict[str, Any], reply: dict[str, Any]) -> list[dict[str, Any]]:
         kind = reply.get("kind", "text")
@@ -375,14 +397,78 @@ class FakeOpenAI:
 
     # -- wire output ---------------------------------------------------------------------
 
-    def send(self, h: BaseHTTPRequestHandler, status: int, payload: Any) -> None:
+    def send(
+        self,
+        h: BaseHTTPRequestHandler,
+        status: int,
+        payload: Any,
+        fault: tuple[str, int] | None = None,
+    ) -> None:
         data = json.dumps(payload).encode()
+        if fault is not None and fault[0] == "malformed":
+            data = data[: max(1, len(data) // 2)]
         h.send_response(status)
         h.send_header("content-type", "application/json")
         h.send_header("content-length", str(len(data)))
         h.send_header("x-request-id", f"req_{next(self.ids)}")
         h.end_headers()
-        h.wfile.write(data)
+        if fault is None:
+            h.wfile.write(data)
+            return
+        kind, at = fault
+        faults.send_whole_broken(
+            h.wfile.write, h.connection, data, kind, at, self.silences, self.stopping
+        )
+        h.close_connection = True
+
+    def models(self, h: BaseHTTPRequestHandler, record: dict[str, Any], path: str) -> None:
+        listed = [
+            {"id": name, "object": "model", "created": 1_800_000_000, "owned_by": "openai"}
+            for name in MODELS
+        ]
+        wanted = path[len("/v1/models/") :] if path.startswith("/v1/models/") else ""
+        if not wanted:
+            return self.send(h, 200, {"object": "list", "data": listed})
+        found = next((m for m in listed if m["id"] == wanted), None)
+        if found is None:
+            message = f"The model '{wanted}' does not exist"
+            return self.error(h, record, 404, message, "model_not_found")
+        self.send(h, 200, found)
+
+    def compact(self, h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        """The Responses API's compaction: the user messages of the input, then one opaque
+        compaction item standing for everything else."""
+        items = body.get("input") if isinstance(body.get("input"), list) else []
+        kept = [
+            {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": text} for text in _item_texts([i])],
+            }
+            for i in items
+            if isinstance(i, dict) and i.get("type", "message") == "message"
+            if i.get("role") == "user"
+        ]
+        digest = hashlib.sha256(json.dumps(items).encode()).hexdigest()
+        compaction = {"type": "compaction", "id": f"cmp_{digest[:12]}", "encrypted_content": digest}
+        size = estimate(items)
+        self.send(
+            h,
+            200,
+            {
+                "id": f"resp_cmp_{next(self.ids)}",
+                "object": "response.compaction",
+                "created_at": 1_800_000_000,
+                "output": [*kept, compaction],
+                "usage": {
+                    "input_tokens": size,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens": 64,
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": size + 64,
+                },
+            },
+        )
 
     def error(
         self,
@@ -398,18 +484,46 @@ class FakeOpenAI:
             h, status, {"error": {"message": message, "type": kind, "param": None, "code": code}}
         )
 
-    def stream(self, h: BaseHTTPRequestHandler, events: list[tuple[str | None, Any]]) -> None:
+    def stream(
+        self,
+        h: BaseHTTPRequestHandler,
+        events: list[tuple[str | None, Any]],
+        fault: tuple[str, int] | None = None,
+        linger: float = 0.0,
+    ) -> None:
         h.send_response(200)
         h.send_header("content-type", "text/event-stream")
         h.send_header("cache-control", "no-cache")
         h.send_header("transfer-encoding", "chunked")
         h.end_headers()
-        for name, data in events:
+
+        def chunk(payload: bytes) -> None:
+            h.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
+            h.wfile.flush()
+
+        at = min(fault[1], len(events)) if fault is not None else None
+        for position, event in enumerate([*events, None]):
+            if position == at and fault is not None:
+                if self.fault_gate is not None:
+                    self.fault_gate.wait(120)  # a hang detector, not a time to wait
+                if fault[0] == "malformed":
+                    chunk(faults.MALFORMED)
+                elif fault[0] == "end":
+                    break
+                else:
+                    if fault[0] == "silence":
+                        self.silences.hold(h.connection, self.stopping)
+                    faults.reset(h.connection)
+                    h.close_connection = True
+                    return
+            if event is None:
+                break
+            name, data = event
             head = f"event: {name}\n" if name else ""
             payload = data if isinstance(data, str) else json.dumps(data)
-            chunk = f"{head}data: {payload}\n\n".encode()
-            h.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-            h.wfile.flush()
+            chunk(f"{head}data: {payload}\n\n".encode())
+        if linger:  # a real upstream may take a moment to close after its last event
+            self.stopping.wait(linger)
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
 
@@ -419,6 +533,7 @@ class FakeOpenAI:
         body: dict[str, Any],
         output: list[dict[str, Any]],
         size: int,
+        fault: tuple[str, int] | None = None,
     ) -> None:
         out_tokens = estimate(output)
         response = {
@@ -437,7 +552,7 @@ class FakeOpenAI:
             },
         }
         if body.get("stream") is not True:
-            return self.send(h, 200, response)
+            return self.send(h, 200, response, fault)
         seq = itertools.count()
         pending = {**response, "status": "in_progress", "output": [], "usage": None}
         events: list[tuple[str | None, Any]] = [
@@ -540,7 +655,7 @@ class FakeOpenAI:
         events.append(("response.completed", {"type": "response.completed", "response": response}))
         for _name, data in events:
             data["sequence_number"] = next(seq)
-        self.stream(h, events)
+        self.stream(h, events, fault, self.linger)
 
     def respond_chat(
         self,
@@ -548,6 +663,7 @@ class FakeOpenAI:
         body: dict[str, Any],
         output: list[dict[str, Any]],
         size: int,
+        fault: tuple[str, int] | None = None,
     ) -> None:
         message: dict[str, Any] = {"role": "assistant", "content": None}
         calls = [i for i in output if i["type"] == "function_call"]
@@ -579,7 +695,7 @@ class FakeOpenAI:
             "usage": usage,
         }
         if body.get("stream") is not True:
-            return self.send(h, 200, answer)
+            return self.send(h, 200, answer, fault)
         base = {
             "id": answer["id"],
             "object": "chat.completion.chunk",
@@ -611,28 +727,33 @@ class FakeOpenAI:
                     )
                 )
         for i, call in enumerate(message.get("tool_calls") or []):
-            events.append(
-                (
-                    None,
-                    {
-                        **base,
-                        "choices": [
-                            {
-                                "index": 0,
-                                "delta": {"tool_calls": [{"index": i, **call}]},
-                                "finish_reason": None,
-                            }
-                        ],
-                    },
+            arguments = call["function"]["arguments"]
+            half = len(arguments) // 2
+            first = {**call, "function": {**call["function"], "arguments": arguments[:half]}}
+            rest = {"function": {"arguments": arguments[half:]}}
+            for delta in (first, rest):  # the arguments arrive in pieces, as the API sends them
+                events.append(
+                    (
+                        None,
+                        {
+                            **base,
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "delta": {"tool_calls": [{"index": i, **delta}]},
+                                    "finish_reason": None,
+                                }
+                            ],
+                        },
+                    )
                 )
-            )
         events.append(
             (None, {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         )
         if (body.get("stream_options") or {}).get("include_usage"):
             events.append((None, {**base, "choices": [], "usage": usage}))
         events.append((None, "[DONE]"))
-        self.stream(h, events)
+        self.stream(h, events, fault)
 
     def control(self, h: BaseHTTPRequestHandler, method: str, name: str, raw: bytes) -> None:
         if name == "requests":
@@ -655,6 +776,7 @@ class FakeOpenAI:
         return self
 
     def stop(self) -> None:
+        self.stopping.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -710,12 +832,17 @@ class FakeProcess:
     def reset(self) -> None:
         self._call("reset", {})
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
+        """Kill the fake (its open connections go with it)."""
         if self.process is not None:
             self.process.terminate()
             self.process.wait(timeout=5)
             if self.process.stdout is not None:
                 self.process.stdout.close()
+            self.process = None
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
         if getattr(self, "_script_file", None) is not None:
             self._script_file.unlink(missing_ok=True)
 

@@ -10,15 +10,22 @@ import zlib
 from typing import Any
 
 
-def png(width: int, height: int) -> bytes:
-    """A real grey PNG (`IHDR`, one `IDAT`, `IEND`)."""
+def png(width: int, height: int, *, noise: bool = False) -> bytes:
+    """A real grey PNG (`IHDR`, one `IDAT`, `IEND`); `noise`: random pixels, so the file is
+    as big as its pixels (a photo's size, not a flat image's few bytes)."""
 
     def chunk(kind: bytes, body: bytes) -> bytes:
         crc = zlib.crc32(kind + body) & 0xFFFFFFFF
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", crc)
 
     header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit greyscale
-    rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
+    if noise:
+        import random
+
+        pixels = random.Random(width * height).randbytes
+        rows = b"".join(b"\x00" + pixels(width) for _ in range(height))
+    else:
+        rows = b"".join(b"\x00" + b"\x80" * width for _ in range(height))
     return (
         b"\x89PNG\r\n\x1a\n"
         + chunk(b"IHDR", header)

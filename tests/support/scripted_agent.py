@@ -37,6 +37,15 @@ PROGRESS = re.compile(r"\[progress run=(?P<run>[0-9a-f]{8}) step=(?P<step>\d{4})
 history the model carries on where it was, as a real one would from the summary."""
 
 
+SIGNING_KEY = "scripted-model-signing-key"
+
+
+def thinking_signature(thinking: str) -> str:
+    """The signature the scripted model gives a thinking block: a strict upstream verifies
+    that a block comes back with exactly the text it was signed for (`verify_signatures`)."""
+    return hashlib.sha256(f"{SIGNING_KEY}:{thinking}".encode()).hexdigest()
+
+
 def progress_tag(run: str, step: int) -> str:
     return f"[progress run={run} step={step:04d}]"
 
@@ -137,11 +146,8 @@ def agent_content(
     if not offers_bash(body):
         return [{"type": "text", "text": "Scripted answer."}], "end_turn"
     run, step = next_step(body, steps)
-    thinking = {
-        "type": "thinking",
-        "thinking": f"Step {step} of run {run}: keep listing.",
-        "signature": hashlib.sha256(f"{run}:{step}".encode()).hexdigest(),
-    }
+    text = f"Step {step} of run {run}: keep listing."
+    thinking = {"type": "thinking", "thinking": text, "signature": thinking_signature(text)}
     if step >= steps:
         return [thinking, {"type": "text", "text": f"Done: ran {steps} commands."}], "end_turn"
     call = {

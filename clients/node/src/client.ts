@@ -116,7 +116,14 @@ const CONNECTION_CODES: ReadonlySet<number> = new Set([
 export interface RecallToolUse {
   id: string;
   name?: string;
-  input?: { handle?: unknown; startLine?: number | null; endLine?: number | null };
+  input?: {
+    handle?: unknown;
+    startLine?: number | null;
+    endLine?: number | null;
+    search?: string | null;
+    regex?: boolean | null;
+    context?: number | null;
+  };
 }
 
 /** The `tool_result` block `answerRecall` gives back, ready to append. */
@@ -175,9 +182,15 @@ export function toolUses(reply: ReplyLike | null | undefined): ToolUseBlock[] {
   );
 }
 
-/** A recalled page as the model reads it; a cut page says where to continue. */
+/** A recalled page as the model reads it; a cut page (or search) says where to continue. */
 export function recallText(got: RecallResult): string {
   if (!got.truncated) return got.text;
+  if (got.matches !== undefined && got.matches !== null) {
+    return (
+      `${got.text}\n[compactd: matches shown up to line ${got.endLine} of ${got.totalLines}; call ` +
+      `compactd_recall with the same search and startLine=${got.endLine + 1} for the rest]`
+    );
+  }
   return (
     `${got.text}\n[compactd: lines ${got.startLine}–${got.endLine} of ${got.totalLines}; ` +
     `call compactd_recall with startLine=${got.endLine + 1} for more]`
@@ -460,8 +473,9 @@ export class CompactdClient {
 
   /**
    * The `tool_result` block answering the model's `compactd_recall` call, in one line: the
-   * recalled lines, with a note on where to continue when the page was cut. A bad handle or
-   * line is the model's mistake, so it comes back as an error result the model can read.
+   * recalled lines or a search's matches, with a note on where to continue when they were cut.
+   * A bad handle, line or search is the model's mistake, so it comes back as an error result
+   * the model can read.
    */
   async answerRecall(sessionId: string, toolUse: RecallToolUse): Promise<RecallToolResult> {
     const input = toolUse.input ?? {};
@@ -471,6 +485,9 @@ export class CompactdClient {
         handle: String(input.handle ?? ""),
         startLine: input.startLine ?? null,
         endLine: input.endLine ?? null,
+        search: input.search ?? null,
+        regex: input.regex ?? null,
+        context: input.context ?? null,
       });
       return { type: "tool_result", tool_use_id: toolUse.id, content: recallText(got) };
     } catch (error) {

@@ -64,6 +64,17 @@ test("an agent loop answers compactd_recall through the client", async (t) => {
   const after = stripped(requests[2]!);
   assert.deepEqual(after.slice(0, before.length), before, "the cached prefix is unchanged");
 
+  // a search: the line the model needs by what it holds, with its number, in one call
+  const [cut] = JSON.stringify(requests[1]!.messages).match(HANDLE) ?? [];
+  const found = await client.answerRecall(sessionId, { id: "s1", input: { handle: cut, search: "f450(x)", context: 0 } });
+  assert.equal(found.is_error, undefined);
+  assert.ok(found.content.includes("\n450:node line 450: function f450(x)"), found.content);
+  const refused = await client.answerRecall(sessionId, { id: "s2", input: { handle: cut, search: "(a)\\1", regex: true } });
+  assert.equal(refused.is_error, true);
+  await assert.rejects(client.recall({ sessionId, handle: cut!, search: "(a)\\1", regex: true }), (error: unknown) => {
+    return error instanceof CompactdError && error.kind === "invalid_search" && error.code === 4016;
+  });
+
   const wrong = await client.answerRecall(sessionId, { id: "x", input: { handle: "recall:n999.0a1b2c3d" } });
   assert.equal(wrong.is_error, true);
   await assert.rejects(client.recall({ sessionId, handle: "recall:nope" }), (error: unknown) => {

@@ -190,6 +190,8 @@ export interface MeasureResult {
   turns: number;
   turnsShown: number;
   warnings?: string[];
+  /** Default: `null` (may be omitted). */
+  sent?: SentRequest | null;
 }
 
 /** One model's budget for the rendered request (`binding`: the tightest). */
@@ -223,7 +225,18 @@ export interface ProviderError {
   message: string;
 }
 
-/** Answer the model's `compactd_recall` call: lines of what a handle in a rendered marker stands for, at most `recallMaxChars` characters of whole lines. */
+/** What the proxy recorded of a session it relayed (`compactd stats` has the rest). */
+export interface ProxiedSession {
+  agent: string | null;
+  model: string | null;
+  state: string;
+  requests: number;
+  passedThrough: number;
+  savedInputTokens: number;
+  savedUsd: number | null;
+}
+
+/** Answer the model's `compactd_recall` call: lines of what a handle in a rendered marker stands for, at most `recallMaxChars` characters of whole lines — or, with `search`, the lines that contain it (plain text; `regex`: an RE2 regular expression), each with its number and `context` lines around it (default 1, at most 5); `startLine` and `endLine` then bound the lines searched. */
 export interface RecallParams {
   sessionId: string;
   handle: string;
@@ -233,14 +246,23 @@ export interface RecallParams {
   endLine?: number | null;
   /** Default: `null` (may be omitted). */
   branch?: string | null;
+  /** Default: `null` (may be omitted). */
+  search?: string | null;
+  /** Default: `null` (may be omitted). */
+  regex?: boolean | null;
+  /** Default: `null` (may be omitted). */
+  context?: number | null;
 }
 
+/** `endLine`: the last line the answer covers (a cut one, `truncated`, goes on from the next); `matches`: for a search, how many lines matched in all. */
 export interface RecallResult {
   text: string;
   totalLines: number;
   startLine: number;
   endLine: number;
   truncated: boolean;
+  /** Default: `null` (may be omitted). */
+  matches?: number | null;
 }
 
 /** Render the context for the next model request (with `cascade`, compacting first). */
@@ -366,6 +388,21 @@ export interface ReportUsageResult {
   limitTokens: number | null;
 }
 
+/** The last request a front sent for the session, as it measured it then: at the model and window it used, its system prompt and tools counted, beside the provider's own count. */
+export interface SentRequest {
+  at: number;
+  model: string | null;
+  total: number;
+  reported: number | null;
+  window: number;
+  limit: number;
+  outputReserve: number;
+  free: number;
+  categories: { [key: string]: number };
+  turns: number;
+  turnsShown: number;
+}
+
 /** Another process appended to a session this daemon has loaded. */
 export interface SessionChangedNotification {
   sessionId: string;
@@ -394,6 +431,8 @@ export interface SessionInfo {
   turns?: number;
   /** Default: `0` (may be omitted). */
   tokens?: number;
+  /** Default: `null` (may be omitted). */
+  proxied?: ProxiedSession | null;
 }
 
 export interface SnipParams {
@@ -567,6 +606,8 @@ export const ERROR_CODES = {
   too_large: 4014,
   /** A path the daemon will not read: not a regular file, a NUL byte in it, or a file outside the transcript's own folder. */
   invalid_path: 4015,
+  /** A recall search compactd will not run: empty, too long, a regular expression RE2 does not take (backreferences, lookaround, a repetition over 1,000), or context out of range; nothing was written. */
+  invalid_search: 4016,
   /** The head still waits for tool results. */
   pending_tool_results: 4020,
   /** expectedHead did not match: another writer moved the thread. */
@@ -596,6 +637,7 @@ export const ERROR_DESCRIPTIONS: { readonly [K in ErrorKind]: string } = {
   invalid_config: "A configuration value is not valid.",
   too_large: "An input is over a size limit (data.limit names it: maxRequestBytes, maxMessageBytes or maxImportBytes); nothing was written.",
   invalid_path: "A path the daemon will not read: not a regular file, a NUL byte in it, or a file outside the transcript's own folder.",
+  invalid_search: "A recall search compactd will not run: empty, too long, a regular expression RE2 does not take (backreferences, lookaround, a repetition over 1,000), or context out of range; nothing was written.",
   pending_tool_results: "The head still waits for tool results.",
   head_conflict: "expectedHead did not match: another writer moved the thread.",
   cannot_fit: "Nothing the cascade may do brings the request under its limit.",
