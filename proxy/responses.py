@@ -420,7 +420,10 @@ class ResponsesWire(OpenAIWire):
         ]
 
     def owns(self, path: str) -> bool:
-        return path.startswith(("/v1/responses", "/v1/models"))
+        # a model list; `/v1/models/{model}:generateContent` is the Gemini API's
+        return path.startswith("/v1/responses") or (
+            path.startswith("/v1/models") and ":" not in path
+        )
 
     def read(self, incoming: Incoming) -> Turn:
         body = self.body_of(incoming)

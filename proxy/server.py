@@ -91,6 +91,7 @@ class ProxySettings:
     port: int = 8788
     anthropic_upstream: str = "https://api.anthropic.com"
     openai_upstream: str = "https://api.openai.com"
+    gemini_upstream: str = "https://generativelanguage.googleapis.com"
     window: int | None = None  # caps every request's window
     upstream_timeout_seconds: float = 600.0  # for the upstream's headers, and a whole answer
     upstream_idle_seconds: float = 300.0  # the longest silence of an answer once begun

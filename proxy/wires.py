@@ -8,10 +8,11 @@ from collections.abc import Mapping
 
 from .anthropic import AnthropicWire
 from .chat import ChatWire
+from .gemini import GeminiWire
 from .responses import ResponsesWire
 from .wire import Wire
 
-WIRES: tuple[Wire, ...] = (AnthropicWire(), ResponsesWire(), ChatWire())
+WIRES: tuple[Wire, ...] = (AnthropicWire(), ResponsesWire(), ChatWire(), GeminiWire())
 BY_NAME = {wire.name: wire for wire in WIRES}
 
 

@@ -10,6 +10,7 @@ import orjson
 import pytest
 from compactd.context.decompose import from_anthropic
 from compactd.proxy import gemini
+from compactd.proxy.wire import ApiError
 
 from tests.support.fake_gemini import request_error, signature_of
 
@@ -129,9 +130,9 @@ def test_what_goes_back_holds_the_apis_pairing_rules() -> None:
 def test_a_broken_history_is_refused_in_the_apis_words(
     contents: list[dict[str, Any]], words: str
 ) -> None:
-    with pytest.raises(gemini.GeminiError) as caught:
+    with pytest.raises(ApiError) as caught:
         gemini.contents_to_messages(contents)
-    body = caught.value.body()
+    body = gemini.error_body(caught.value)
     assert body["error"]["code"] == 400
     assert body["error"]["status"] == "INVALID_ARGUMENT"
     assert words in body["error"]["message"]

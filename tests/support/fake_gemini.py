@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from . import faults
 from .fake_openai import FakeProcess
 from .scripted_agent import AGENT_SUMMARY_MARKERS, PROGRESS, progress_tag
 
@@ -313,6 +314,10 @@ class FakeGemini:
         self.previous: dict[str, list[str]] = {}  # model -> the latest prompt's parts, as JSON
         self.lock = threading.Lock()
         self.ids = itertools.count(1)
+        # set by a test that must see a stream break after its client has its first chunk:
+        # the reset waits for it (one noticed before the proxy relayed the first chunk would
+        # be a failure before the first byte instead)
+        self.fault_gate: threading.Event | None = None
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -345,6 +350,11 @@ class FakeGemini:
             self.queue.append(item)
         if "context_window" in script:
             self.context_window = script["context_window"]
+
+    def requests(self) -> list[dict[str, Any]]:
+        """What the fake was sent, in order (its status, and the prompt in its count)."""
+        with self.lock:
+            return list(self.records)
 
     def handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
         length = int(h.headers.get("content-length") or 0)
@@ -510,7 +520,7 @@ class FakeGemini:
     def stream(self, h: BaseHTTPRequestHandler, response: dict[str, Any], *, cut: bool) -> None:
         """The answer as SSE: the text in two pieces, every other part in a chunk of its own,
         `finishReason` and the usage on the last chunk (`cut`: the connection drops after the
-        first chunk, as a network does)."""
+        first chunk, with an RST, as a network does)."""
         candidate = response["candidates"][0]
         common = {"modelVersion": response["modelVersion"], "responseId": response["responseId"]}
         chunks: list[list[dict[str, Any]]] = []
@@ -550,8 +560,10 @@ class FakeGemini:
             h.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
             h.wfile.flush()
             if cut:
+                if self.fault_gate is not None:
+                    self.fault_gate.wait(120)  # a hang detector, not a time to wait
+                faults.reset(h.connection)
                 h.close_connection = True
-                h.connection.shutdown(socket.SHUT_RDWR)
                 return
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()
