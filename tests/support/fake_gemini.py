@@ -122,6 +122,16 @@ def _is_prompt(content: dict[str, Any]) -> bool:
     return content.get("role") == "user" and not _responses(content)
 
 
+def _signed(part: dict[str, Any], signature: str, issued: set[str]) -> bool:
+    """A signature this fake issued: in this process, or (the API's are verifiable without
+    state: a resumed session's come from an earlier one) the scripted model's own for the
+    call's run and step."""
+    if signature in issued:
+        return True
+    found = STEP.search(json.dumps(part["functionCall"].get("args") or {}))
+    return found is not None and signature == signature_of(found["run"], int(found["step"]))
+
+
 def request_error(body: Any, issued: set[str]) -> str | None:
     """The first thing in `body` the API refuses, in its words; None when it takes it."""
     if not isinstance(body, dict):
@@ -156,7 +166,7 @@ def request_error(body: Any, issued: set[str]) -> str | None:
             return RESPONSE_AFTER
         for position, part in enumerate(calls):
             signature = part.get("thoughtSignature")
-            if signature is not None and signature not in issued:
+            if signature is not None and not _signed(part, signature, issued):
                 return "Corrupted thought signature."
             first = position == 0
             if signature is None and first and i > last_prompt and STEP.search(json.dumps(part)):
