@@ -11,7 +11,9 @@ to a `tool_use` and the `functionResponse` that answers it (the API pairs them b
 the next turn) to its `tool_result`. A call's `thoughtSignature`, its own `id` and the response's
 original `response` object ride on the block (`gemini`) and come back byte for byte; a part the
 engine has no block for (thoughts, `fileData`, `executableCode`, …) rides whole in an opaque
-`gemini_part` block. A call without an `id` gets one from its place in the conversation, which
+`gemini_part` block. A function response sent twice, whole and with its call's id (Gemini CLI
+does on `--resume`), is kept once: the API pairs responses with calls by count. A call without
+an `id` gets one from its place in the conversation, which
 the client never sees (it is removed on the way back). `systemInstruction` and `tools` are the
 prompt's fixed start: counted as the system prompt, sent as the client wrote them.
 
@@ -118,6 +120,7 @@ def contents_to_messages(contents: list[Any]) -> list[dict[str, Any]]:
         blocks: list[dict[str, Any]] = []
         calls: list[dict[str, Any]] = []
         answered = 0
+        seen: list[dict[str, Any]] = []  # this turn's function responses
         for pi, part in enumerate(parts):
             if not isinstance(part, dict):
                 raise invalid(f"Invalid value at 'contents[{ci}].parts[{pi}]'")
@@ -139,6 +142,9 @@ def contents_to_messages(contents: list[Any]) -> list[dict[str, Any]]:
                 blocks.append(block)
                 calls.append(block)
             elif role == "user" and isinstance(part.get("functionResponse"), dict):
+                if part in seen and part["functionResponse"].get("id"):
+                    continue  # the same response to the same call, again: one is kept
+                seen.append(part)
                 if answered >= len(pending):
                     raise invalid(
                         "Please ensure that function response turn comes immediately after a "

@@ -168,3 +168,14 @@ def test_a_shortened_call_keeps_its_signature_and_id() -> None:
     assert part["functionCall"]["args"] == {"command": "[shortened]"}
     assert part["functionCall"]["id"] == "run_shell_command_1_0"
     assert part["thoughtSignature"] == SIGNATURE
+
+
+def test_a_response_sent_twice_on_resume_is_kept_once() -> None:
+    """Gemini CLI's `--resume` sends each function response twice, with the call's id: the
+    API pairs by count and would refuse it; compactd sends it once."""
+    contents = conversation()[:3]
+    contents[2] = {"role": "user", "parts": contents[2]["parts"] * 2}
+    assert request_error({"contents": contents}, {SIGNATURE}) is not None
+    sent = gemini.messages_to_contents(gemini.contents_to_messages(contents))
+    assert sent == conversation()[:3]
+    assert request_error({"contents": sent}, {SIGNATURE}) is None

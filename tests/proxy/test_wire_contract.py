@@ -1,8 +1,8 @@
 """Every wire's adapter keeps the same contract with the shared path: its "prompt too long" is
-read back by its own overflow reader, with both numbers where its words carry them (so the agent's reaction and compactd's
-Tier 5 see the same refusal), a failure is said in its API's error shape with the message in it,
-its routes are its own (no two wires answer one path and method unless the client's headers
-tell them apart), and a refusal on its paths takes its shape."""
+read back by its own overflow reader, with both numbers where its words carry them (so the
+agent's reaction and compactd's Tier 5 see the same refusal); a failure is said in its API's
+error shape with the message in it; its routes are its own (no two wires answer one path and
+method unless the client's headers tell them apart); a refusal on its paths takes its shape."""
 
 from __future__ import annotations
 

@@ -52,6 +52,9 @@ ROUTE = re.compile(r"^/(?P<version>v1beta|v1|v1alpha)/models/(?P<model>[^/:]+):(
 STEP = re.compile(r"run (?P<run>[0-9a-f]{8}) step (?P<step>\d{4})")
 SHELL_TOOLS = ("run_shell_command", "shell", "bash")
 IMAGE_TOKENS = 258
+DUMMY_SIGNATURES = ("skip_thought_signature_validator", "context_engineering_is_the_way_to_go")
+"""What the API documents as a signature for a call it did not sign (a history from elsewhere):
+taken, the model told nothing of its thoughts."""
 CONTENT_TYPE = "google.ai.generativelanguage.v1beta.Content"
 STATUS = {
     400: "INVALID_ARGUMENT",
@@ -126,7 +129,7 @@ def _signed(part: dict[str, Any], signature: str, issued: set[str]) -> bool:
     """A signature this fake issued: in this process, or (the API's are verifiable without
     state: a resumed session's come from an earlier one) the scripted model's own for the
     call's run and step."""
-    if signature in issued:
+    if signature in issued or signature in DUMMY_SIGNATURES:
         return True
     found = STEP.search(json.dumps(part["functionCall"].get("args") or {}))
     return found is not None and signature == signature_of(found["run"], int(found["step"]))
