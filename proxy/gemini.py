@@ -11,8 +11,9 @@ to a `tool_use` and the `functionResponse` that answers it (the API pairs them b
 the next turn) to its `tool_result`. A call's `thoughtSignature`, its own `id` and the response's
 original `response` object ride on the block (`gemini`) and come back byte for byte; a part the
 engine has no block for (thoughts, `fileData`, `executableCode`, …) rides whole in an opaque
-`gemini_part` block. A function response sent twice, whole and with its call's id (Gemini CLI
-does on `--resume`), is kept once: the API pairs responses with calls by count. A call without
+`gemini_part` block. A second function response to a call its turn answered already (by the
+call's id: Gemini CLI's `--resume` sends each one twice) is dropped, the first kept: the API
+pairs responses with calls by count. A call without
 an `id` gets one from its place in the conversation, which
 the client never sees (it is removed on the way back). `systemInstruction` and `tools` are the
 prompt's fixed start: counted as the system prompt, sent as the client wrote them.
@@ -120,7 +121,7 @@ def contents_to_messages(contents: list[Any]) -> list[dict[str, Any]]:
         blocks: list[dict[str, Any]] = []
         calls: list[dict[str, Any]] = []
         answered = 0
-        seen: list[dict[str, Any]] = []  # this turn's function responses
+        seen: set[str] = set()  # the call ids this turn's function responses answered
         for pi, part in enumerate(parts):
             if not isinstance(part, dict):
                 raise invalid(f"Invalid value at 'contents[{ci}].parts[{pi}]'")
@@ -142,9 +143,11 @@ def contents_to_messages(contents: list[Any]) -> list[dict[str, Any]]:
                 blocks.append(block)
                 calls.append(block)
             elif role == "user" and isinstance(part.get("functionResponse"), dict):
-                if part in seen and part["functionResponse"].get("id"):
-                    continue  # the same response to the same call, again: one is kept
-                seen.append(part)
+                response_id = part["functionResponse"].get("id")
+                if response_id and response_id in seen:
+                    continue  # a second response to a call answered already: the first kept
+                if response_id:
+                    seen.add(str(response_id))
                 if answered >= len(pending):
                     raise invalid(
                         "Please ensure that function response turn comes immediately after a "

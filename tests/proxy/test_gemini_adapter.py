@@ -171,10 +171,11 @@ def test_a_shortened_call_keeps_its_signature_and_id() -> None:
 
 
 def test_a_response_sent_twice_on_resume_is_kept_once() -> None:
-    """Gemini CLI's `--resume` sends each function response twice, with the call's id: the
-    API pairs by count and would refuse it; compactd sends it once."""
+    """Gemini CLI's `--resume` sends each function response twice, with the call's id (the
+    copies may differ): the API pairs by count and would refuse it; compactd sends the first."""
     contents = conversation()[:3]
-    contents[2] = {"role": "user", "parts": contents[2]["parts"] * 2}
+    again = {"functionResponse": {**contents[2]["parts"][0]["functionResponse"], "response": {}}}
+    contents[2] = {"role": "user", "parts": [*contents[2]["parts"], again]}
     assert request_error({"contents": contents}, {SIGNATURE}) is not None
     sent = gemini.messages_to_contents(gemini.contents_to_messages(contents))
     assert sent == conversation()[:3]
