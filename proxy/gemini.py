@@ -349,6 +349,11 @@ def _answer_text(answer: dict[str, Any]) -> tuple[str, str]:
     return text, str(candidate.get("finishReason") or "")
 
 
+def _blocked(feedback: Any) -> bool:
+    """A prompt the API blocked: its answer ends with no candidate to finish."""
+    return isinstance(feedback, dict) and bool(feedback.get("blockReason"))
+
+
 # ---- the answer --------------------------------------------------------------------------------
 
 
@@ -383,7 +388,7 @@ class GeminiAnswer:
             self._used(data["usageMetadata"])
         if any(
             isinstance(c, dict) and c.get("finishReason") for c in data.get("candidates") or []
-        ) or (data.get("promptFeedback") or {}).get("blockReason"):
+        ) or _blocked(data.get("promptFeedback")):
             self.ended = True
         return event.raw
 
