@@ -39,6 +39,7 @@ from typing import Any
 from . import faults
 from .scripted_agent import (
     AGENT_SUMMARY_MARKERS,
+    PROGRESS,
     progress_of,
     progress_tag,
     resume_point,
@@ -47,7 +48,7 @@ from .scripted_agent import (
 
 CONTROL = "/_fake/"
 STEP_ID = re.compile(r"^call_(?P<run>[0-9a-f]{8})_(?P<step>\d{4})$")
-SHELL_TOOLS = ("exec_command", "shell")
+SHELL_TOOLS = ("exec_command", "shell", "run_shell_command", "bash")
 MODELS = ("gpt-5-codex", "gpt-5", "gpt-4o")
 RESPONSES_OVERFLOW = (
     "Your input exceeds the context window of this model. Please adjust your input and try again."
@@ -164,9 +165,42 @@ def _answered(item: Any) -> tuple[str, int] | None:
     return None
 
 
+def chat_items(messages: list[Any]) -> list[dict[str, Any]]:
+    """Chat Completions messages as the Responses items the scripted agent reads: a tool
+    message is a call's output, an assistant's calls are calls, the rest messages."""
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        role = message.get("role")
+        if role == "tool":
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": message.get("tool_call_id"),
+                    "output": message.get("content"),
+                }
+            )
+            continue
+        if message.get("content"):
+            items.append({"type": "message", "role": role, "content": message["content"]})
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": call.get("id"),
+                    "name": function.get("name"),
+                    "arguments": function.get("arguments"),
+                }
+            )
+    return items
+
+
 def agent_output(body: dict[str, Any], steps: int, lines: int) -> list[dict[str, Any]]:
-    """The Responses output items of the scripted agent (see `scripted_agent`)."""
-    raw = body.get("input")
+    """The Responses output items of the scripted agent (see `scripted_agent`); a Chat
+    Completions body is read as the same items."""
+    raw = body.get("input") if "messages" not in body else chat_items(body["messages"])
     items = (
         raw
         if isinstance(raw, list)
@@ -182,6 +216,13 @@ def agent_output(body: dict[str, Any], steps: int, lines: int) -> list[dict[str,
         return [_message("Scripted answer.")]
     last = items[-1] if items else {}
     prompt = " ".join(_item_texts([last]))
+    if _answered(last) is None:  # after the agent's own summary, a "continue" carries on
+        tagged = [
+            i for i, item in enumerate(items) if PROGRESS.search(" ".join(_item_texts([item])))
+        ]
+        results = [i for i, item in enumerate(items) if _answered(item) is not None]
+        if tagged and (not results or tagged[-1] > results[-1]):
+            prompt = " ".join(_item_texts([items[tagged[-1]]]))
     run, step = resume_point(_answered(last), prompt, steps)
     reasoning = {
         "type": "reasoning",
@@ -191,10 +232,13 @@ def agent_output(body: dict[str, Any], steps: int, lines: int) -> list[dict[str,
     }
     if step >= steps:
         return [reasoning, _message(f"Done: ran {steps} commands.")]
-    arguments = (
-        {"cmd": step_command(step, lines)}
+    command = step_command(step, lines)
+    arguments: dict[str, Any] = (
+        {"cmd": command}
         if tool == "exec_command"
-        else {"command": ["bash", "-lc", step_command(step, lines)]}
+        else {"command": ["bash", "-lc", command]}
+        if tool == "shell"
+        else {"command": command, "description": f"List step {step}"}
     )
     return [
         reasoning,
@@ -740,16 +784,19 @@ class FakeOpenAI:
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-class FakeOpenAIProcess:
-    """The fake in a child process: `base_url`, `requests()`, `load_script()`, `reset()`."""
+class FakeProcess:
+    """A fake (the module named by `module`, run with `--port 0`) in a child process:
+    `base_url`, `requests()`, `load_script()`, `reset()`."""
+
+    module = "tests.support.fake_openai"
 
     def __init__(self, script: dict[str, Any] | None = None) -> None:
         self.script = script
         self.process: subprocess.Popen[str] | None = None
         self.port = 0
 
-    def __enter__(self) -> FakeOpenAIProcess:
-        command = [sys.executable, "-m", "tests.support.fake_openai", "--port", "0"]
+    def __enter__(self) -> FakeProcess:
+        command = [sys.executable, "-m", self.module, "--port", "0"]
         if self.script is not None:
             handle = tempfile.NamedTemporaryFile("w", suffix=".json", delete=False)
             json.dump(self.script, handle)
@@ -798,6 +845,10 @@ class FakeOpenAIProcess:
         self.stop()
         if getattr(self, "_script_file", None) is not None:
             self._script_file.unlink(missing_ok=True)
+
+
+class FakeOpenAIProcess(FakeProcess):
+    """The OpenAI fake in a child process."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,14 @@ STEP_ID = re.compile(r"^toolu_(?P<run>[0-9a-f]{8})_(?P<step>\d{4})$")
 AGENT_SUMMARY_MARKERS = (
     "create a detailed summary of the conversation",  # Claude Code's compaction prompt
     "CONTEXT CHECKPOINT COMPACTION",  # Codex's
+    "generate the updated <state_snapshot>",  # Gemini CLI's
+    "produce the <state_snapshot> XML",  # Qwen Code's
+    "Create a new anchored summary",  # opencode's (its first)
+    "Construct a new summary that combines both",  # opencode's (after a summary)
+)
+AGENT_CLEARING_MARKERS = (
+    "[Old tool result content cleared]",  # Qwen Code's and opencode's own clearing
+    "[Tool output truncated for compaction",  # opencode's
 )
 PROGRESS = re.compile(r"\[progress run=(?P<run>[0-9a-f]{8}) step=(?P<step>\d{4})\]")
 """What the scripted model writes into a summary, so that after an agent compacts its own
