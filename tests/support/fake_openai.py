@@ -198,12 +198,13 @@ def chat_items(messages: list[Any]) -> list[dict[str, Any]]:
     return items
 
 
-def unfinished(items: list[Any]) -> tuple[str, int] | None:
-    """The latest step the items show — a call's output, or the progress tag of a summary,
-    whichever comes later — unless the model said its run was done after it: where a model
-    carries on after an agent compacted its own history and prompted it to continue (opencode
-    keeps the recent calls after its summary, then says "Continue if you have next steps"),
-    and closes a run whose every step the kept calls show."""
+def unfinished(items: list[Any], steps: int) -> tuple[str, int] | None:
+    """The latest step the items show — a call's output, or the progress tag of a summary
+    while its run has steps to go, whichever comes later — unless the model said its run was
+    done after it: where a model carries on after an agent compacted its own history and
+    prompted it to continue (opencode keeps the recent calls after its summary, then says
+    "Continue if you have next steps"), and closes a run whose every step the kept calls show.
+    A summary of a finished run followed by a prompt starts a new one."""
     latest = None
     for item in items:
         text = " ".join(_item_texts([item]))
@@ -212,7 +213,8 @@ def unfinished(items: list[Any]) -> tuple[str, int] | None:
         latest = _answered(item) or latest
         tags = list(PROGRESS.finditer(text))
         if tags:
-            latest = tags[-1]["run"], int(tags[-1]["step"])
+            run, step = tags[-1]["run"], int(tags[-1]["step"])
+            latest = (run, step) if step + 1 < steps else None
     return latest
 
 
@@ -237,7 +239,7 @@ def agent_output(body: dict[str, Any], steps: int, lines: int) -> list[dict[str,
     prompt = " ".join(_item_texts([last]))
     answered = _answered(last)
     if answered is None:  # a prompt after an agent's own compaction ("Continue…") carries on
-        answered = unfinished(items)
+        answered = unfinished(items, steps)
     run, step = resume_point(answered, prompt, steps)
     reasoning = {
         "type": "reasoning",
@@ -272,17 +274,17 @@ LISTING = re.compile(r"listing (?P<step>\d+)", re.IGNORECASE)
 
 
 def listing_answer(body: dict[str, Any], lines: int) -> str:
-    """The scripted model of a chat without tools (aider's): a user whose last message asks
-    for "listing N" gets that listing, `lines` lines long, in the answer itself; a request
-    whose instructions (first message) or last message ask for a summary of the conversation
-    gets a short one."""
+    """The scripted model of a chat without tools (aider's): a user whose latest ask names
+    "listing N" gets that listing, `lines` lines long, in the answer itself (a reminder may
+    follow the ask); a request whose instructions (first message) or last message ask for a
+    summary of the conversation gets a short one."""
     items = chat_items(body.get("messages") or [])
     texts = _item_texts(items)
     ends = (texts[0], texts[-1]) if texts else ()
     if any(marker in text for text in ends for marker in AGENT_SUMMARY_MARKERS):
         return "I asked you for numbered listings and you showed each of them."
     asked = [" ".join(_item_texts([i])) for i in items if i.get("role") == "user"]
-    found = LISTING.search(asked[-1]) if asked else None
+    found = next((f for f in map(LISTING.search, reversed(asked)) if f), None)
     if found is None:
         return "Scripted answer."
     step = int(found["step"])
