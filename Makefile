@@ -54,6 +54,9 @@ browser:
 ## make test — lint, the docs site (a broken link fails), every Python test, the daemon's end-to-end tests once more on PostgreSQL
 ## (a throwaway cluster; files-only tests skip), and the Node client's tests
 test: $(STAMP) $(AGENTS) $(AIDER) browser
+	@# byte code written once: the suite starts hundreds of Python processes (daemons, the CLI,
+	@# fakes), and where PYTHONDONTWRITEBYTECODE is set each would compile compactd again
+	$(BIN)/python -m compileall -q -j0 -x 'node_modules|aider-venv' compactd context protocol service daemon proxy clients tests
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mkdocs build --strict --site-dir .site

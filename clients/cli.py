@@ -1,9 +1,11 @@
-"""The `compactd` command's client side. Every subcommand but `serve` and `schema` talks to a
-daemon it spawns, through the Python client over stdio — so the CLI exercises the real
-protocol. `compactd.main` routes `serve` to the daemon; this module imports only `protocol`.
+"""The `compactd` command's client side. Every subcommand that changes or computes something
+talks to a daemon it spawns, through the Python client over stdio — so the CLI exercises the
+real protocol; the read-only ones (`sessions`, `context` without `--cascade`) are given a
+client that reads the store in this process (`compactd.main` passes it: this module imports
+only `protocol`), so a look costs what Python's start and the look do, not a daemon's start.
 
-One set of global options works before or after the command (`--summary-provider`, `--set`,
-`--config`, `--data-dir`, `-v`, `-q`), and options and free text mix in any order. Exit codes:
+Every option works before or after the command, and options and free text mix in any order;
+a usage error is one line. Exit codes:
 0 done, 1 done but not good (over the limit, nothing compacted or snipped, summaries
 failed), 2 an error (bad input, unknown session, bad config), 3 the daemon died, 130
 interrupted.
@@ -12,22 +14,16 @@ interrupted.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import datetime as dt
-import importlib.metadata
+import functools
 import os
 import sys
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import orjson
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from ..protocol.convert import structure, unstructure
 from ..protocol.types import (
@@ -37,23 +33,21 @@ from ..protocol.types import (
     RenderResult,
     SentRequest,
 )
-from .client import AnsweredDespiteCancel, CompactdClient, RpcError
-from .launch import split_arguments
-from .panel import build_panel
+from .errors import RpcError
 
-Command = Callable[[argparse.Namespace, CompactdClient], Awaitable[int]]
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .client import CompactdClient
+
+T = TypeVar("T")
+Command = Callable[[argparse.Namespace, "CompactdClient"], Awaitable[int]]
+Connect = Callable[[argparse.Namespace], Any]
+"""A client for a read-only command: what it calls of `CompactdClient` (`list_sessions`,
+`measure`, `close`), answered without a daemon; an error is an `RpcError`."""
 
 EXIT_OK, EXIT_NOT_GOOD, EXIT_ERROR, EXIT_DAEMON, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 PROVIDERS = ("anthropic", "client", "digest")
-# global options that take a value (to find the command word among the arguments)
-VALUE_OPTIONS = (
-    "--data-dir",
-    "--store",
-    "--summary-provider",
-    "--summary-model",
-    "--set",
-    "--config",
-)
 GLOBAL_DEFAULTS: dict[str, Any] = {
     "data_dir": None,
     "store": None,
@@ -69,6 +63,14 @@ SHOWN_WARNINGS = 5
 CANCEL_WAIT_SECONDS = 30.0  # a second Ctrl-C does not wait
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error in one line (what is wrong, and where help is) instead of
+    the whole usage block above it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} -h` lists the options)\n")
+
+
 class Interrupted(Exception):
     """Ctrl-C stopped the command after the daemon stopped its work; says what is left."""
 
@@ -82,11 +84,15 @@ class UsageError(Exception):
 
 
 def _err(ns: argparse.Namespace) -> Console:
+    from rich.console import Console  # here: `serve` and `proxy` parse with this module
+
     return Console(stderr=True, force_terminal=ns.color, highlight=False, soft_wrap=True)
 
 
 def _warn(ns: argparse.Namespace, warnings: list[str], always: bool = False) -> None:
     """Warnings on stderr: the first few unless `-v`, none with `-q` (unless `always`)."""
+    from rich.markup import escape
+
     if ns.quiet and not always:
         return
     shown = warnings if ns.verbose else warnings[:SHOWN_WARNINGS]
@@ -134,6 +140,11 @@ async def daemon_progress(
     if ns.quiet or not console.is_terminal:  # a log or a pipe gets no spinner frames
         yield None
         return
+    import uuid
+
+    from rich.markup import escape
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     token = f"cli-{uuid.uuid4().hex[:12]}"
     with Progress(
         SpinnerColumn(),
@@ -160,6 +171,10 @@ async def daemon_progress(
 
 
 async def cmd_import(ns: argparse.Namespace, client: CompactdClient) -> int:
+    import asyncio
+
+    from .client import AnsweredDespiteCancel
+
     try:
         async with daemon_progress(ns, client, f"importing {Path(ns.path).name}") as token:
             result = await client.import_transcript(ns.path, new=ns.new, work_done_token=token)
@@ -183,6 +198,10 @@ async def cmd_import(ns: argparse.Namespace, client: CompactdClient) -> int:
 
 
 async def cmd_sessions(ns: argparse.Namespace, client: CompactdClient) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
     result = await client.list_sessions()  # the daemon sorts newest first
     if ns.json:
         _print_json(unstructure(result))
@@ -214,6 +233,8 @@ async def cmd_sessions(ns: argparse.Namespace, client: CompactdClient) -> int:
 
 def _proxied_cells(proxied: ProxiedSession | None) -> list[str]:
     """Agent, state and saving of a session the proxy relayed (blank for any other)."""
+    from rich.markup import escape
+
     if proxied is None:
         return ["", "", ""]
     saved = f"{proxied.saved_input_tokens:,} tokens"
@@ -225,6 +246,10 @@ def _proxied_cells(proxied: ProxiedSession | None) -> list[str]:
 def _sent_panel(ns: argparse.Namespace, sent: SentRequest) -> int:
     """A proxied session's last request as the proxy sent it: its model, window, system
     prompt and tools, and the provider's count beside compactd's estimate."""
+    from rich.console import Console
+
+    from .panel import build_panel
+
     data = unstructure(sent)
     if ns.json:
         _print_json({"source": "proxy", **data})
@@ -249,6 +274,10 @@ def _sent_panel(ns: argparse.Namespace, sent: SentRequest) -> int:
 
 
 async def cmd_context(ns: argparse.Namespace, client: CompactdClient) -> int:
+    from rich.console import Console
+
+    from .panel import build_panel
+
     if ns.cascade:  # the panel of the request the cascade makes (written unless --dry-run)
         result = await _cascade_render(ns, client)
         _warn(ns, in_cli_words(result.warnings), always=True)
@@ -289,6 +318,8 @@ async def _cascade_render(ns: argparse.Namespace, client: CompactdClient) -> Ren
 
 def _print_events(console: Console, events: list[CompactionEvent]) -> None:
     """One line per tier event: ✓ what it did (in a preview: would do), · why it did not."""
+    from rich.markup import escape
+
     for event in events:
         mark = "✓" if event.applied else "·"
         console.print(
@@ -299,6 +330,8 @@ def _print_events(console: Console, events: list[CompactionEvent]) -> None:
 
 
 async def cmd_render(ns: argparse.Namespace, client: CompactdClient) -> int:
+    from rich.console import Console
+
     result = await _cascade_render(ns, client)
     _warn(ns, in_cli_words(result.warnings), always=True)
     tokens = result.tokens
@@ -385,6 +418,10 @@ def over_call_limit(exc: RpcError) -> bool:
 async def cmd_demo(ns: argparse.Namespace, client: CompactdClient) -> int:
     """`make run`: import a real transcript through the daemon, show its panel, then what the
     cascade would do to it in a smaller window (a preview, so a second run shows the same)."""
+    from rich.console import Console
+
+    from .panel import build_panel
+
     async with daemon_progress(ns, client, f"importing {Path(ns.path).name}") as token:
         result = await client.import_transcript(ns.path, work_done_token=token)
     console = Console(force_terminal=ns.color)
@@ -650,13 +687,13 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     _global_options(common, suppress=True)
     sub = top.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
     def add(name: str, text: str) -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=text, description=text, parents=[common])
-        command.add_argument("--version", action="version", version=f"compactd {_version()}")
+        command.add_argument("--version", action=VersionAction)
         return command
 
     out: dict[str, argparse.ArgumentParser] = {}
@@ -676,8 +713,12 @@ def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPars
         "idempotent, verified by event counts and hashes",
     )
     way = p.add_mutually_exclusive_group(required=True)
-    way.add_argument("--to", metavar="URL", help="postgresql://… to copy the data dir into")
-    way.add_argument("--from", dest="from_", metavar="URL", help="postgresql://… to copy from")
+    way.add_argument(
+        "--to", metavar="URL", type=store_url, help="postgresql://… to copy the data dir into"
+    )
+    way.add_argument(
+        "--from", dest="from_", metavar="URL", type=store_url, help="postgresql://… to copy from"
+    )
     out["import"] = p = add("import", "import a transcript; prints the session id(s)")
     p.add_argument(
         "path",
@@ -750,62 +791,118 @@ def _subparsers(top: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPars
     return out
 
 
+def store_url(text: str) -> str:
+    """A store URL given on the command line: not empty (what `--to "$COMPACTD_STORE"` is
+    with the variable unset); its scheme is checked where the store is opened."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "the URL is empty (is the variable it came from set?); give postgresql://…"
+        )
+    return text
+
+
 def parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The top-level parser (global options, `--version`, the list of commands) and each
     command's own parser."""
-    top = argparse.ArgumentParser(
+    top = Parser(
         prog="compactd",
         description="compactd: keeps LLM agent conversations under the context window.",
-        epilog="Global options work before or after the command. `compactd COMMAND -h` says more.",
+        epilog="Every option works before or after the command. `compactd COMMAND -h` says more.",
     )
-    top.add_argument("--version", action="version", version=f"compactd {_version()}")
+    top.add_argument("--version", action=VersionAction)
     _global_options(top, suppress=False)
     return top, _subparsers(top)
 
 
+@functools.cache
 def _version() -> str:
+    import importlib.metadata  # only when asked: reading the metadata costs every command
+
     try:
         return importlib.metadata.version("compactd")
     except importlib.metadata.PackageNotFoundError:  # run from a source tree
         return "unknown"
 
 
-def _command_index(argv: list[str]) -> int | None:
-    """Where the command word is: the first argument that is neither an option nor an
-    option's value."""
+class VersionAction(argparse.Action):
+    """`--version`: prints `compactd VERSION` and exits, the version read only then."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "show the version and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        sys.stdout.write(f"compactd {_version()}\n")
+        parser.exit()
+
+
+def _takes_value(p: argparse.ArgumentParser, option: str) -> bool | None:
+    """Whether `option` (a bare `--name`, not `--name=value`) takes a value in `p`; None
+    when `p` does not know it."""
+    action = p._option_string_actions.get(option)  # argparse's own table of its options
+    return None if action is None else action.nargs != 0
+
+
+def _command_index(argv: list[str], parsers: list[argparse.ArgumentParser]) -> int | None:
+    """Where the command word is: the first argument that is neither an option nor the value
+    of an option (of any command: its options may come before it too)."""
     i = 0
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
             return None
-        if arg in VALUE_OPTIONS:
-            i += 2
-            continue
         if not arg.startswith("-"):
             return i
+        if "=" not in arg and any(_takes_value(p, arg) for p in parsers):
+            i += 1
         i += 1
     return None
 
 
+def _split_before(
+    top: argparse.ArgumentParser, command: argparse.ArgumentParser, before: list[str]
+) -> tuple[list[str], list[str]]:
+    """The arguments before the command word, as (global options, the command's own): an
+    option the top-level parser does not know is the command's, with its value."""
+    mine: list[str] = []
+    theirs: list[str] = []
+    i = 0
+    while i < len(before):
+        arg = before[i]
+        name = arg.split("=", 1)[0]
+        to = mine if _takes_value(top, name) is not None else theirs
+        to.append(arg)
+        if "=" not in arg and _takes_value(top if to is mine else command, name):
+            to.extend(before[i + 1 : i + 2])
+            i += 1
+        i += 1
+    return mine, theirs
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse a command line: global options anywhere, a command's options and free text in
-    any order (`compact S --window 32000 keep the plan`). Exits 2 on a usage error."""
+    """Parse a command line: every option before or after the command, a command's options
+    and free text in any order (`compact S --window 32000 keep the plan`,
+    `--window 64000 context S`). Exits 2 on a usage error, said in one line."""
     args = list(sys.argv[1:] if argv is None else argv)
     top, commands = parser()
-    at = _command_index(args)
+    at = _command_index(args, [top, *commands.values()])
     if at is None or args[at] not in commands:
         top.parse_args(args[: at if at is not None else len(args)])  # -h, --version, bad options
         top.error(f"unknown command {args[at]!r}" if at is not None else "a command is required")
     ns = argparse.Namespace(**GLOBAL_DEFAULTS)
-    before = top.parse_args(args[:at])
+    globals_before, command_before = _split_before(top, commands[args[at]], args[:at])
+    before = top.parse_args(globals_before)
     for key in GLOBAL_DEFAULTS:
         setattr(ns, key, getattr(before, key))
     if args[at] in LAUNCHERS:  # compactd's options, then the agent's arguments untouched
-        ours, agent_args = split_arguments(args[at + 1 :], VALUE_OPTIONS)
+        from .launch import split_arguments
+
+        valued = tuple(o for o in top._option_string_actions if _takes_value(top, o))
+        ours, agent_args = split_arguments([*command_before, *args[at + 1 :]], valued)
         after = commands[args[at]].parse_args(ours)
         after.agent_args = agent_args
     else:
-        after = commands[args[at]].parse_intermixed_args(args[at + 1 :])
+        after = commands[args[at]].parse_intermixed_args([*command_before, *args[at + 1 :]])
     for key, value in vars(after).items():
         if key == "set":
             ns.set = [*ns.set, *value]
@@ -910,7 +1007,55 @@ def previews(ns: argparse.Namespace) -> bool:
     return ns.command == "context" and not ns.cascade
 
 
+def reads_only(ns: argparse.Namespace) -> bool:
+    """A command that only reads what is stored (`sessions`, `context` without `--cascade`):
+    it needs no daemon, and one started for a look would cost more than the look."""
+    return ns.command == "sessions" or (ns.command == "context" and not ns.cascade)
+
+
+def _run_local(ns: argparse.Namespace, connect: Connect) -> int:
+    """A read-only command, on the client `connect` gives: its calls never wait (the store
+    is read in this process), so the command's coroutine runs to its end without an event
+    loop — and asyncio, with the TLS library it loads, is never imported."""
+    try:
+        client = connect(ns)
+    except RpcError as exc:
+        print(f"compactd: {exc.message}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        return _finish(_command(ns, client))
+    except UsageError as exc:
+        print(f"compactd: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except RpcError as exc:
+        print(f"compactd: {exc.message}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        _finish(client.close())
+
+
+async def _command(ns: argparse.Namespace, client: CompactdClient) -> int:
+    """The command on a client: its session resolved from the prefix given, then run."""
+    if ns.command in SESSION_COMMANDS:
+        await _resolve_session(ns, client)
+    return await COMMANDS[ns.command](ns, client)
+
+
+def _finish(coroutine: Coroutine[Any, Any, T]) -> T:
+    """The result of a coroutine that never waits; one that does is a mistake here."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coroutine.close()
+    raise RuntimeError("a command on the local client waited for something")
+
+
 async def _run_client(ns: argparse.Namespace) -> int:
+    import asyncio
+
+    from .client import CompactdClient
+
     client = await CompactdClient.spawn(
         data_dir=ns.data_dir, args=daemon_args(ns), new_process_group=True
     )
@@ -920,9 +1065,7 @@ async def _run_client(ns: argparse.Namespace) -> int:
     if ns.verbose and client.process is not None:
         _err(ns).print(f"compactd: daemon started (pid {client.process.pid})")
     try:
-        if ns.command in SESSION_COMMANDS:
-            await _resolve_session(ns, client)
-        return await COMMANDS[ns.command](ns, client)
+        return await _command(ns, client)
     except UsageError as exc:
         print(f"compactd: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -955,8 +1098,10 @@ def _interruptible() -> Iterator[None]:
         raise SystemExit(EXIT_INTERRUPTED) from None
 
 
-def run(ns: argparse.Namespace) -> int:
-    """Every command but `serve` (the daemon's, dispatched by `compactd.main`)."""
+def run(ns: argparse.Namespace, connect: Connect | None = None) -> int:
+    """Every command but `serve`, `proxy` and `migrate` (dispatched by `compactd.main`):
+    through a daemon it spawns, or — `connect`, for a command that `reads_only` — through
+    the client `connect` gives, which reads the store in this process."""
     if ns.command == "schema":
         from ..protocol.schema import schema_text
 
@@ -969,4 +1114,8 @@ def run(ns: argparse.Namespace) -> int:
 
         return launch(ns)
     with _interruptible():
+        if connect is not None:
+            return _run_local(ns, connect)
+        import asyncio
+
         return asyncio.run(_run_client(ns))

@@ -24,30 +24,14 @@ import orjson
 from ..protocol import methods as m
 from ..protocol import types as t
 from ..protocol.convert import camel, structure, unstructure
-from ..protocol.errors import KIND_BY_CODE
 from ..protocol.recall import page_text
+from .errors import RpcError
 
 R = TypeVar("R")
 Json = dict[str, Any]
 Handler = Callable[[dict[str, Any]], Any]
 DEFAULT_TIMEOUT = 120.0
 UNSET: Any = object()
-
-
-class RpcError(Exception):
-    """An error answer: `code` (see `compactd.protocol.errors`), `kind`, `data`."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(f"{message} (code {code})")
-        self.code = code
-        self.message = message
-        self.data = data
-
-    @property
-    def kind(self) -> str | None:
-        if isinstance(self.data, dict) and isinstance(self.data.get("kind"), str):
-            return self.data["kind"]
-        return KIND_BY_CODE.get(self.code)
 
 
 class AnsweredDespiteCancel(asyncio.CancelledError):

@@ -12,15 +12,18 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from rich.console import Console
-from rich.table import Table
 
-from .client import CompactdClient
+from .. import install_advice
 
-PLOT_NEEDS = "needs matplotlib (in a clone: pip install '.[plot]', or pip install matplotlib)"
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .client import CompactdClient
+
 TIER_COLOURS = {
     "microcompact": "tab:orange",
     "snip": "tab:red",
@@ -61,8 +64,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 async def run_replay(
     ns: argparse.Namespace, client: CompactdClient, token: str | None = None
 ) -> int:
-    """Exit 1 when a summary provider failed during the replay: its figures then describe a
-    run without those summaries, which is not what was asked for. A `--plot` that could not
+    """Exit 1 when a summary provider failed during the replay (its figures then describe a
+    run without those summaries, which is not what was asked for) or when a request could not
+    be made to fit (what the cascade is for), each said in a line. A `--plot` that could not
     be written is said before the replay runs (exit 2)."""
     problem = ns.plot and plot_problem(ns.plot)
     if problem:
@@ -88,12 +92,51 @@ async def run_replay(
         print(orjson.dumps(report).decode())
     else:
         print_report(report, show_steps=ns.steps)
-    if failures:
-        console = Console(stderr=True, highlight=False)
-        for reason, count in failures.items():
-            console.print(f"[red]summary failed[/red] {count}×: {reason}")
-        return 1
-    return 0
+    from rich.console import Console  # here: the parser imports this module for every command
+
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    for reason, count in failures.items():
+        console.print(f"[red]summary failed[/red] {count}×: {reason}")
+    unfit = cannot_fit(report)
+    if unfit:
+        console.print(f"compactd: {unfit}")
+    return 1 if failures or unfit else 0
+
+
+def cannot_fit(report: dict[str, Any]) -> str | None:
+    """Why the replay is not good when some of its requests could not be made to fit, in one
+    line: how many, the limit, and the system prompt when it alone is over the limit."""
+    totals = report["totals"]["compactd"]
+    count = totals.get("cannotFit", 0)
+    if not count:
+        return None
+    limit, window = report["limit"], report["window"]
+    line = (
+        f"{count:,} of {totals['requests']:,} requests cannot fit the limit of {limit:,} "
+        f"tokens ({window:,} window − {window - limit:,} output reserve)"
+    )
+    units = report.get("units") or {}
+    system = units.get("systemTokens") or {}
+    largest = max((v for v in system.values() if isinstance(v, int)), default=0)
+    how = (
+        "assumed: the transcript records no call to fit it on"
+        if units.get("source") == "prior"
+        else "as fitted on the recorded calls"
+    )
+    if largest >= limit:
+        return (
+            f"{line}: the system prompt alone is {largest:,} tokens ({how}); replay with a "
+            "larger --window, or give the prompt's size with --system-tokens N"
+        )
+    return (
+        f"{line}: the system prompt ({largest:,} tokens, {how}) with what each request keeps "
+        "verbatim is over it (--steps shows which requests)"
+    )
+
+
+def plot_needs() -> str:
+    """What is missing for `--plot`, and the command that adds it to this installation."""
+    return f"needs matplotlib: {install_advice('matplotlib>=3.9')}"
 
 
 def plot_problem(path: str) -> str | None:
@@ -108,7 +151,7 @@ def plot_problem(path: str) -> str | None:
     if not os.access(folder, os.W_OK):
         return f"the folder {str(folder)!r} is not writable"
     if importlib.util.find_spec("matplotlib") is None:
-        return PLOT_NEEDS
+        return plot_needs()
     return None
 
 
@@ -211,6 +254,8 @@ them no compaction used."""
 def print_report(
     report: dict[str, Any], show_steps: bool = False, console: Console | None = None
 ) -> None:
+    from rich.console import Console
+
     console = console or Console(highlight=False)
     console.print(
         f"[bold]replay of {report['source']}[/bold] · window {report['window']:,} · "
@@ -272,6 +317,8 @@ def savings(cost: float, other: dict[str, Any] | None) -> str:
 
 def totals_table(totals: dict[str, Any], failed: int | None, title: str) -> Table:
     """One column per run that has figures, one row per measure: fits 80 columns."""
+    from rich.table import Table
+
     totals = {name: t for name, t in totals.items() if name in RUNS}
     runs = [(RUNS[name], t) for name, t in totals.items() if t is not None]
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
@@ -296,6 +343,8 @@ def anchors_table(
 ) -> Table:
     """compactd beside the anchor policies: a column each, a row per measure (an anchor that
     cannot serve the window, server-side compaction under its 50K minimum, is marked)."""
+    from rich.table import Table
+
     runs = [(name, label, totals[name]) for name, label in ANCHORS.items() if totals.get(name)]
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
     table.add_column("")
@@ -344,6 +393,8 @@ def _measure(
 
 
 def steps_table(report: dict[str, Any]) -> Table:
+    from rich.table import Table
+
     steps = Table(
         "step",
         "thread",
@@ -436,7 +487,7 @@ def plot(report: dict[str, Any], path: str) -> None:
         import matplotlib.pyplot as plt
         from matplotlib.ticker import FuncFormatter, MaxNLocator
     except ImportError as exc:  # an optional dependency
-        raise SystemExit(f"compactd: --plot {PLOT_NEEDS}") from exc
+        raise SystemExit(f"compactd: --plot {plot_needs()}") from exc
     steps = report["steps"]
     by_thread = threads(steps)
     subs = [name for name in by_thread if name != "main"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .clients.cli import parse, run
+    from .clients.cli import parse, reads_only, run
 
     ns = parse(argv)
     if ns.command == "serve":
@@ -28,4 +28,8 @@ def main(argv: list[str] | None = None) -> int:
         from .migrate import run as migrate
 
         return migrate(ns)
+    if reads_only(ns):  # no daemon for a look: the store is read in this process
+        from .local import LocalClient
+
+        return run(ns, LocalClient.connect)
     return run(ns)

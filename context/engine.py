@@ -82,8 +82,10 @@ USAGE_COUNTS = (
 
 def import_bound(limits: Policy, read: int) -> tuple[int, str]:
     """The most an import that read `read` bytes may write, and the limit that sets it: a
-    multiple of what it read (`maxImportAmplification`), never over `maxImportLogBytes`."""
-    multiple = limits.max_import_amplification * read
+    multiple of what it read (`maxImportAmplification`) above a floor every import may write
+    (`importFloorBytes`: a small file is never refused for being small), never over
+    `maxImportLogBytes`."""
+    multiple = limits.import_floor_bytes + limits.max_import_amplification * read
     if multiple <= limits.max_import_log_bytes:
         return multiple, "maxImportAmplification"
     return limits.max_import_log_bytes, "maxImportLogBytes"
@@ -243,7 +245,8 @@ class Engine:
                     what = "what the import would write"
                     if binding == "maxImportAmplification":
                         times = self.limits.max_import_amplification
-                        what += f" ({times} × the {read:,} bytes it read)"
+                        floor = self.limits.import_floor_bytes
+                        what += f" ({floor:,} bytes + {times} × the {read:,} bytes it read)"
                     raise TooLarge(what, binding, bound)
 
         return check

@@ -6,7 +6,6 @@ Tiers read their numbers from a `Policy`; a session's `config` overrides any fie
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 import attrs
@@ -70,7 +69,12 @@ MAX_IMPORT_BYTES = 256 * 2**20
 """One transcript file `session/import` or `session/replay` reads (and each file it refers to)."""
 MAX_IMPORT_AMPLIFICATION = 4
 """An import writes at most this many times the bytes it read (the transcript and every file it
-refers to): a crafted transcript cannot turn a little input into a huge log."""
+refers to), above `IMPORT_FLOOR_BYTES`: a crafted transcript cannot turn a little input into a
+huge log."""
+IMPORT_FLOOR_BYTES = 64 * 2**10
+"""What any import may write whatever it read: a session's header and its first records cost a
+few hundred bytes before the first message, so a 3-message log of 100 bytes writes 6 times
+that; a ratio alone would refuse every small file."""
 MAX_IMPORT_LOG_BYTES = 2**30
 """What one import may write in all (every session of the file), whatever it read."""
 
@@ -205,6 +209,7 @@ class Policy:
     max_message_bytes: int = MAX_MESSAGE_BYTES
     max_import_bytes: int = MAX_IMPORT_BYTES
     max_import_amplification: int = MAX_IMPORT_AMPLIFICATION
+    import_floor_bytes: int = IMPORT_FLOOR_BYTES
     max_import_log_bytes: int = MAX_IMPORT_LOG_BYTES
     max_request_bytes: int = MAX_REQUEST_BYTES
 
@@ -267,6 +272,8 @@ def policy_from_config(config: dict[str, Any] | None) -> Policy:
     for key, value in config.items():
         name = _snake(key)
         if name not in _FIELDS:
+            import difflib  # a misspelled key only: every process reads a policy
+
             hint = difflib.get_close_matches(_camel(name), config_keys(), n=1)
             raise InvalidConfig(
                 f"unknown config key {key!r}: "
@@ -345,6 +352,7 @@ DAEMON_WIDE = (
     "max_message_bytes",
     "max_import_bytes",
     "max_import_amplification",
+    "import_floor_bytes",
     "max_import_log_bytes",
     "max_request_bytes",
 )

@@ -10,7 +10,7 @@ counts encoder calls so a test can hold us to that.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import hashlib
 import threading
 from importlib import resources
@@ -67,10 +67,10 @@ def _load_ranks(path: str) -> dict[bytes, int]:
         data = fh.read()
     if hashlib.sha256(data).hexdigest() != VOCAB_SHA256:
         raise ValueError(f"hash mismatch for the shipped vocabulary {path}")
-    return {
-        base64.b64decode(token): int(rank)
-        for token, rank in (line.split() for line in data.splitlines() if line)
-    }
+    # "token rank" lines: decoded in bulk (`b64decode` per token, with its checks, took 3x
+    # as long — the larger part of a read-only command's start)
+    fields = data.split()
+    return dict(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2]), strict=True))
 
 
 def encoding() -> tiktoken.Encoding:

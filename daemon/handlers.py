@@ -4,95 +4,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..context.budget import Budget, known_model
-from ..context.engine import RenderParams as EngineRenderParams
 from ..context.policy import policy_from_config
 from ..context.recall import Search
-from ..context.render.request import Rendered, RequestSpec
+from ..context.render.request import Rendered
 from ..context.session import UNSET, Session
-from ..context.visibility import ViewOptions
 from ..protocol import methods as m
 from ..protocol import types as t
 from ..service.app import App
 from ..service.compaction import compact, render_with_cascade, replay_transcript
 from ..service.events import compaction_event, render_tokens
-from ..service.stats import session_summaries
+from ..service.reader import assumptions, engine_params, measure, proxied_sums
+from ..service.reader import session_list as listing
 from ..service.stoppable import run_stoppable
 from .rpc import rpc
 
 if TYPE_CHECKING:
     from .server import CompactdServer
-
-WINDOW_PARAMS = "window and maxOutputTokens"  # a client may name them in its own words
-
-
-def engine_params(p: t.RenderParams | t.CompactParams | t.SnipParams) -> EngineRenderParams:
-    view = ViewOptions(
-        branch=p.branch,
-        viewer=getattr(p, "viewer", None),
-        callers=getattr(p, "callers", False),
-        subcalls=getattr(p, "subcalls", False),
-        expose=getattr(p, "expose", None),
-    )
-    spec = RequestSpec(
-        model=p.model,
-        window=p.window,
-        max_output_tokens=p.max_output_tokens,
-        system=p.system,
-        tools=p.tools,
-        response_schema=getattr(p, "response_schema", None),
-        format=p.format,
-        cache=getattr(p, "cache", True),
-        cache_ttl=getattr(p, "cache_ttl", None),
-        recall=getattr(p, "recall", None),
-        fallback_models=tuple(getattr(p, "fallback_models", None) or ()),
-    )
-    return EngineRenderParams(view=view, spec=spec)
-
-
-def assumptions(p: t.RenderParams, budget: Budget) -> list[str]:
-    """What the budget assumed that the client did not say: an unknown model's window, and
-    the output reserve the request was then measured with (the one the panel shows)."""
-    if p.model and p.window is None and not known_model(p.model):
-        return [
-            f"unknown model {p.model!r}: assumed a {budget.window:,}-token window and a "
-            f"{budget.output_reserve:,}-token output reserve ({WINDOW_PARAMS} say otherwise)"
-        ]
-    return []
-
-
-def sent_request(sent: dict[str, Any] | None) -> t.SentRequest | None:
-    """The last request as the proxy recorded it (`Engine.last_sent`), typed."""
-    if sent is None:
-        return None
-    return t.SentRequest(
-        at=float(sent.get("at") or 0.0),
-        model=sent.get("model"),
-        total=int(sent.get("total") or 0),
-        reported=sent.get("reported"),
-        window=int(sent.get("window") or 0),
-        limit=int(sent.get("limit") or 0),
-        output_reserve=int(sent.get("outputReserve") or 0),
-        free=int(sent.get("free") or 0),
-        categories=dict(sent.get("categories") or {}),
-        turns=int(sent.get("turns") or 0),
-        turns_shown=int(sent.get("turnsShown") or 0),
-    )
-
-
-def proxied_session(sums: dict[str, Any] | None) -> t.ProxiedSession | None:
-    """A session's sums in the request log (`service.stats`), as `session/list` shows them."""
-    if sums is None:
-        return None
-    return t.ProxiedSession(
-        agent=sums["agent"],
-        model=sums["model"],
-        state=sums["state"],
-        requests=sums["requests"],
-        passed_through=sums["passedThrough"],
-        saved_input_tokens=sums["savedInputTokens"],
-        saved_usd=sums["savedUsd"],
-    )
 
 
 def register(server: Any, app: App) -> None:
@@ -113,25 +40,8 @@ def register(server: Any, app: App) -> None:
     @rpc(server, m.SESSION_LIST)
     async def session_list(ls: CompactdServer, p: t.ListParams) -> t.ListResult:
         listed = await app.listing(p.prefix)
-        proxied = (
-            await app.work.run(None, lambda: session_summaries(engine.store)) if listed else {}
-        )
-        out = [
-            t.SessionInfo(
-                sid,
-                stat.size,
-                stat.mtime,
-                sid in engine.sessions,
-                source=counts.source,
-                title=counts.title,
-                turns=counts.turns,
-                tokens=counts.tokens,
-                proxied=proxied_session(proxied.get(sid)),
-            )
-            for sid, stat, counts in listed
-        ]
-        out.sort(key=lambda info: (-info.modified, info.session_id))  # newest first
-        return t.ListResult(out)
+        proxied = await app.work.run(None, lambda: proxied_sums(engine.store)) if listed else {}
+        return listing(listed, engine.sessions, proxied)
 
     @rpc(server, m.SESSION_GET)
     async def session_get(ls: CompactdServer, p: t.GetParams) -> dict[str, Any]:
@@ -247,25 +157,7 @@ def register(server: Any, app: App) -> None:
 
     @rpc(server, m.CONTEXT_MEASURE)
     async def context_measure(ls: CompactdServer, p: t.RenderParams) -> t.MeasureResult:
-        def work(session: Session) -> t.MeasureResult:
-            rendered = engine.render(session.id, engine_params(p), remember=False)
-            tokens = rendered.tokens()
-            return t.MeasureResult(
-                total=tokens["total"],
-                window=tokens["window"],
-                limit=tokens["limit"],
-                free=tokens["free"],
-                output_reserve=tokens["outputReserve"],
-                categories=tokens["categories"],
-                threshold=int(engine.policy(session).cascade_threshold * tokens["limit"]),
-                advice=engine.measure_advice(session, rendered),
-                turns=tokens["turns"],
-                turns_shown=tokens["turnsShown"],
-                warnings=assumptions(p, rendered.budget),
-                sent=sent_request(engine.last_sent(session.id)),
-            )
-
-        return await app.run(p.session_id, work)
+        return await app.run(p.session_id, lambda session: measure(engine, session, p))
 
     @rpc(server, m.CONTEXT_COMPACT)
     async def context_compact(ls: CompactdServer, p: t.CompactParams) -> t.CompactResult:

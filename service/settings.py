@@ -11,17 +11,23 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..context.errors import InvalidConfig
 from ..context.policy import policy_from_config
 from ..context.stores import default_data_dir
-from .app import Settings
-from .providers import PROVIDERS
+
+if TYPE_CHECKING:
+    from .app import Settings
 
 
 def settings_from(args: argparse.Namespace, **overrides: Any) -> Settings:
-    """`Settings` from the common options of `serve` and `proxy`; `overrides` win."""
+    """`Settings` from the common options of `serve` and `proxy`; `overrides` win. (The
+    services are imported here, not above: a read-only command reads its limits from this
+    module without loading them.)"""
+    from .app import Settings
+    from .providers import PROVIDERS
+
     env = os.environ
     provider = args.summary_provider or env.get("COMPACTD_SUMMARY_PROVIDER") or None
     if provider is not None and provider not in PROVIDERS:
@@ -59,6 +65,7 @@ LIMIT_VARIABLES = {
     "COMPACTD_MAX_MESSAGE_BYTES": "max_message_bytes",
     "COMPACTD_MAX_IMPORT_BYTES": "max_import_bytes",
     "COMPACTD_MAX_IMPORT_AMPLIFICATION": "max_import_amplification",
+    "COMPACTD_IMPORT_FLOOR_BYTES": "import_floor_bytes",
     "COMPACTD_MAX_IMPORT_LOG_BYTES": "max_import_log_bytes",
 }
 

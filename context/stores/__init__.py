@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ... import install_advice
 from ..errors import StoreFailure
 from ..secrets import connection_secrets, hold, redact
 from .files import FileStore, default_data_dir
@@ -80,7 +81,7 @@ def open_store(
         from .postgres import PostgresStore
     except ImportError as exc:  # the optional extra is not installed
         raise StoreFailure(
-            f"the PostgreSQL store needs the optional extra: pip install 'compactd[postgres]' "
-            f"({exc})"
+            "the PostgreSQL store needs psycopg: "
+            f"{install_advice('psycopg[binary]>=3.2', 'psycopg-pool>=3.2')} ({exc})"
         ) from None
     return PostgresStore(url, location=redact(url), log=log)

@@ -10,7 +10,6 @@ rewritten.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import fcntl
@@ -21,11 +20,10 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import platformdirs
-from filelock import FileLock, Timeout
 
 from ..errors import StoreFailure, UnknownSession
 from ..policy import MAX_MESSAGE_BYTES
@@ -39,6 +37,11 @@ from .interface import (
     check_session_id,
     log_lines,
 )
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from filelock import FileLock
 
 log = logging.getLogger("compactd.store")
 
@@ -160,6 +163,8 @@ class FileStore:
     @contextlib.contextmanager
     def locked(self, session_id: str) -> Iterator[None]:
         """Hold the session's writer lock (shared by every process on this data dir)."""
+        from filelock import FileLock, Timeout  # here: a reader that never writes never loads it
+
         lock = self._locks.get(session_id)
         if lock is None:
             self.ensure_dirs()
@@ -191,6 +196,8 @@ class FileStore:
     def claim(self, session_id: str) -> Iterator[bool]:
         """The session's background-work claim, a lock file taken without waiting, so two
         daemons on one data dir never run its idle work at once."""
+        from filelock import FileLock, Timeout
+
         lock = self._claims.get(session_id)
         if lock is None:
             self.ensure_dirs()
@@ -211,6 +218,8 @@ class FileStore:
         already applied). The watch is set up again whenever the sessions folder is removed
         or replaced (a recreated data dir is a new folder the old watch would never see
         change; the next write recreates it), and then `""` says anything may have changed."""
+        import asyncio
+
         from watchfiles import awatch
 
         self.ensure_dirs()
@@ -629,6 +638,8 @@ def _identity(folder: Path) -> tuple[int, int] | None:
 
 
 async def _until_replaced(folder: Path, identity: tuple[int, int], stop: asyncio.Event) -> None:
+    import asyncio
+
     while _identity(folder) == identity:
         await asyncio.sleep(WATCH_CHECK_SECONDS)
     log.info("the sessions folder was removed or replaced; watching it again")

@@ -466,7 +466,7 @@ def worth_a_call(run: Run, rng: Range) -> tuple[bool, int]:
     return True, freed
 
 
-def choose_range(run: Run) -> Range | None:
+def choose_range(run: Run, *, manual: bool = False) -> Range | None:
     """The range Tier 4 replaces, the least that brings the request to the run's target:
     before the latest `summaryKeepTurns` complete turns; else before the latest complete turn
     (the spec's "retain the latest turn"); else inside a turn — the latest complete one, then
@@ -475,7 +475,14 @@ def choose_range(run: Run) -> Range | None:
     fit otherwise — get under `summarySplitTurnAbove` (0.75) of its limit, neither as it is
     nor with whole turns summarized: the spec's rule gives way to what must be sent, never to
     the headroom target. A cut in an active turn that leaves no complete exchange behind it to
-    keep may aim at the target. With nothing to summarize, short history is left alone."""
+    keep may aim at the target. With nothing to summarize, short history is left alone.
+
+    `/compact` (`manual`) asks for a summary now, whatever the target: when no whole turn
+    before the retained ones is left to summarize — one long agentic turn, or every earlier
+    turn summarized already — it takes the spec's checkpoint: the longest in-turn range there
+    is (every user request kept verbatim in the marker, the latest assistant message after
+    it), if it frees at least the summary's own budget by its marker's bound; else the
+    history is short."""
     policy, proj, graph, path = run.policy, run.rendered.projection, run.graph, run.path
     after = Predicted.of(run)
 
@@ -488,17 +495,32 @@ def choose_range(run: Run) -> Range | None:
         # taking the latest complete turn only when no whole-turn range gets it under the bar
         bar = max(run.target, min(run.threshold, int(policy.summary_split_turn_above * run.limit)))
         cannot_fit = min(run.total, after(best)) > bar
-        best = _inside_a_turn(run, after, may_take_latest=cannot_fit) or best
+        best = _inside_a_turn(run, after, may_take_latest=cannot_fit, target=run.target) or best
     if best is None or not (best.new_turns or best.partial is not None):
-        return None
+        return _checkpoint(run, after) if manual else None
     return best
 
 
-def _inside_a_turn(run: Run, after: Predicted, *, may_take_latest: bool) -> Range | None:
-    """The shortest in-turn range that reaches the target, cutting in the latest complete
+def _checkpoint(run: Run, after: Predicted) -> Range | None:
+    """`/compact`'s range when no whole turn is left to summarize: the longest in-turn range
+    (the spec's checkpoint: an older complete execution prefix) — when it frees at least what
+    the summary itself may cost. A range that costs less than twice its marker is short
+    history (the spec's "below the retention budget": two short turns, a turn of two steps),
+    and the provider is not called for it."""
+    rng = _inside_a_turn(run, after, may_take_latest=True, target=None)
+    if rng is None or run.total - after(rng) < summary_budget(run):
+        return None
+    return rng
+
+
+def _inside_a_turn(
+    run: Run, after: Predicted, *, may_take_latest: bool, target: int | None
+) -> Range | None:
+    """The shortest in-turn range that reaches `target`, cutting in the latest complete
     turn first (the active turn stays whole), then in the active turn; if none reaches it,
-    the longest one there is. Without `may_take_latest`, no range that takes the latest
-    complete turn (the active one itself, once complete) that is still shown."""
+    the longest one there is (always, with `target` None). Without `may_take_latest`, no
+    range that takes the latest complete turn (the active one itself, once complete) that is
+    still shown."""
     graph, path, proj = run.graph, run.path, run.rendered.projection
     turns = turns_of(path)
     if not turns:
@@ -526,7 +548,7 @@ def _inside_a_turn(run: Run, after: Predicted, *, may_take_latest: bool) -> Rang
         for cut in cut_points(graph, path, turn, done):
             rng = in_turn_range(graph, path, proj, turns, turn, cut)
             longest = rng
-            if after(rng) <= run.target:
+            if target is not None and after(rng) <= target:
                 return rng
     return longest
 
@@ -600,10 +622,10 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
         )
         return
     proj = run.rendered.projection
-    rng = choose_range(run)
+    rng = choose_range(run, manual=manual)
     if rng is None:
         bar = int(policy.summary_split_turn_above * run.limit)
-        if run.target < run.total <= max(bar, run.threshold):
+        if not manual and run.target < run.total <= max(bar, run.threshold):
             run.note(
                 TIER,
                 "the retained turns stay whole: nothing before them is left to summarize and "
@@ -677,11 +699,13 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
                 details={"results": [src.tool_use_id for src, _ in checkpoint.evidence]},
             ),
         )
+    kept = _kept(run, rng, len(inp.user_requests))
     summary_event = TierEvent(
         TIER,
         ("/compact" if manual else "over threshold after the cheaper tiers")
-        + f": summarized {_what(run, rng)}",
+        + f": summarized {_what(run, rng)}; kept {kept}",
         details={
+            "kept": kept,
             "coveredTurns": len(rng.turns),
             **_partial_details(run, rng),
             "provider": run.provider,
@@ -756,6 +780,30 @@ def _what(run: Run, rng: Range) -> str:
     asked = user_request_texts(run.graph, path, rng.partial)
     quoted = f" ({_quote(asked[0])})" if asked else ""
     return f"{whole} and the first {steps} step(s) of {which}{quoted}"
+
+
+def _kept(run: Run, rng: Range, requests: int) -> str:
+    """What a summary of `rng` leaves as it was, in words: the turns after it, or the steps
+    of the turn it cuts in — and the user requests its marker quotes verbatim."""
+    turns = turns_of(run.path)
+    quoted = f"; the range's {requests} user request(s) verbatim in the marker" if requests else ""
+    if rng.partial is None or rng.through is None:
+        after = len(turns) - len(rng.turns)
+        return f"the latest {after} turn(s) whole{quoted}, and its last assistant message"
+    path, graph = run.path, run.graph
+    steps = sum(
+        1
+        for i in range(rng.through + 1, rng.partial.end)
+        if graph.nodes[path.line.ids[i]].kind == "assistant"
+    )
+    which = (
+        "the latest complete turn"
+        if is_complete(graph, path, rng.partial)
+        else "the turn in progress"
+    )
+    later = len(turns) - rng.partial.index - 1
+    rest = f", and the {later} turn(s) after it whole" if later else ""
+    return f"the request of {which} and its newest {steps} step(s){rest}{quoted}"
 
 
 def _quote(text: str, limit: int = 80) -> str:

@@ -4,17 +4,22 @@ exit codes they must give (0 done, 1 not good, 2 error, 130 interrupted)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from compactd.clients.cli import parser
+from compactd.clients.cli import parse, parser
+from compactd.clients.client import CompactdClient
+from compactd.protocol.convert import unstructure
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = str(Path(sys.executable).with_name("compactd"))
@@ -95,6 +100,86 @@ def test_every_option_has_help(name: str, p: object) -> None:
     assert missing == [], f"{name}: options without help"
 
 
+def command_options() -> Iterator[tuple[str, str, str | None]]:
+    """(command, option, a value for it or None) of every option of every command but help
+    and version: each is tried before the command word and after it."""
+    _top, commands = parser()
+    for name, p in commands.items():
+        for action in p._actions:
+            option = next((o for o in action.option_strings if o.startswith("--")), None)
+            if option in (None, "--help", "--version"):
+                continue
+            if action.nargs == 0:
+                yield name, option, None
+            elif action.choices:
+                yield name, option, str(next(iter(action.choices)))
+            elif action.type in (int, float):
+                yield name, option, "7"
+            elif option == "--config":
+                yield name, option, '{"a": 1}'
+            elif option == "--listen":
+                yield name, option, "127.0.0.1:0"
+            else:
+                yield name, option, "a=1"
+
+
+def positionals(name: str) -> list[str]:
+    return {"import": ["t.jsonl"], "demo": ["t.jsonl"], "replay": ["t.jsonl"]}.get(
+        name, ["S"] if name in ("context", "render", "snip", "compact") else []
+    )
+
+
+@pytest.mark.parametrize(("name", "option", "value"), list(command_options()))
+def test_every_option_works_before_and_after_its_command(
+    name: str, option: str, value: str | None
+) -> None:
+    """What the README says: options go before or after the command — the command's own
+    (`--window 64000 context S`) as well as the global ones."""
+    given = [option] if value is None else [option, value]
+    other = ["--to", "postgresql://h/d"] if name == "migrate" and option != "--to" else []
+    if name == "migrate" and option == "--from":
+        other = []
+    after = parse([name, *positionals(name), *given, *other])
+    before = parse([*given, name, *positionals(name), *other])
+    assert vars(before) == vars(after)
+    joined = parse([f"{option}={value}", name, *positionals(name), *other]) if value else before
+    assert vars(joined) == vars(after)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["migrate", "--to", ""], "argument --to: the URL is empty"),
+        (["migrate", "--from", " "], "argument --from: the URL is empty"),
+        (["--window", "64000", "sessions"], "unrecognized arguments: --window 64000"),
+        (["context", "S", "--window", "many"], "argument --window: invalid int value"),
+        (["--bogus", "context", "S"], "unrecognized arguments: --bogus"),
+        (["frobnicate"], "unknown command 'frobnicate'"),
+    ],
+)
+def test_a_bad_option_is_one_line_and_exit_2(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and words in err and "-h` lists the options" in err, err
+
+
+def test_migrate_to_an_unset_variable_is_one_line(cli: Cli) -> None:
+    """`migrate --to "$COMPACTD_STORE"` with the variable unset: one line, exit 2 (it was an
+    AttributeError and exit 1), nothing written."""
+    done = cli("migrate", "--to", "", code=2)
+    assert done.stderr.startswith("compactd migrate: error: argument --to: the URL is empty")
+    assert len(done.stderr.splitlines()) == 1 and done.stdout == ""
+
+
+def test_a_commands_option_before_it(cli: Cli, session: str) -> None:
+    measured = json.loads(cli("--window", "64000", "context", session, "--json").stdout)
+    assert measured["window"] == 64_000
+
+
 def test_serve_accepts_stdio_as_lsp_clients_pass_it(cli: Cli) -> None:
     proc = subprocess.Popen(
         [SCRIPT, "serve", "--stdio"],
@@ -164,6 +249,32 @@ def test_sessions_newest_first_with_what_they_hold(cli: Cli, session: str) -> No
     assert session in table and mine["title"][:20] in table and f"{mine['tokens']:,}" in table
 
 
+def test_sessions_and_context_answer_as_a_daemon_does_without_starting_one(
+    cli: Cli, session: str
+) -> None:
+    """The read-only commands read the store in their own process (a daemon's start cost
+    1.3 s of CPU per look): no daemon is started, and what they print is what a daemon over
+    the same data dir answers (`session/list`, `context/measure`)."""
+    listed = cli("-v", "sessions", "--json")
+    measured = cli("-v", "context", session[:8], "--window", "64000", "--json")
+    for done in (listed, measured):
+        assert "daemon started" not in done.stderr, done.stderr
+
+    async def ask() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with await CompactdClient.spawn(
+            data_dir=str(cli.data_dir), args=["--no-idle-work"]
+        ) as daemon:
+            sessions = unstructure(await daemon.list_sessions())
+            return sessions, unstructure(await daemon.measure(session, window=64_000))
+
+    sessions, measure = asyncio.run(ask())
+    assert json.loads(measured.stdout) == measure
+    local = json.loads(listed.stdout)["sessions"]
+    assert [{**s, "loaded": False} for s in local] == [
+        {**s, "loaded": False} for s in sessions["sessions"]
+    ]
+
+
 # ---- session commands ----------------------------------------------------------------------
 
 
@@ -212,10 +323,10 @@ def test_an_over_full_panel_says_by_how_much(cli: Cli, session: str) -> None:
 
 def test_compact_with_config_from_the_command_line(cli: Cli) -> None:
     sid = cli("import", "--new", str(SMALL)).stdout.strip()
-    short = cli(
-        "compact", sid, "--window", "32000", "keep", "x", "--summary-provider", "digest", code=1
-    )
-    assert "short history" in short.stdout  # the defaults keep both turns of this session
+    # the defaults keep both turns of this session: the checkpoint cuts inside the latest
+    inside = cli("compact", sid, "--window", "32000", "keep", "x", "--summary-provider", "digest")
+    assert "; kept the request of the latest complete turn and its newest" in inside.stdout
+    sid = cli("import", "--new", str(SMALL)).stdout.strip()
     # options before, between and after the free text; --set after the command
     done = cli(
         "--summary-provider",
@@ -359,7 +470,7 @@ def test_compact_over_its_call_bound_says_what_to_do(cli: Cli) -> None:
 
 def test_replay_json_and_plot(cli: Cli) -> None:
     plot = cli.cwd / "swe.png"
-    done = cli("-q", "replay", str(SWE), "--window", "16000", "--json", "--plot", str(plot))
+    done = cli("-q", "replay", str(SWE), "--window", "40000", "--json", "--plot", str(plot))
     report = json.loads(done.stdout)
     assert set(report["totals"]) == {
         "compactd",
@@ -371,6 +482,16 @@ def test_replay_json_and_plot(cli: Cli) -> None:
         "server",
     }
     assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_replay_where_requests_cannot_fit_is_not_good_and_says_why(cli: Cli) -> None:
+    """At a 16K window the session's own system prompt (15K) leaves no room: every request
+    cannot fit, which is exit 1 with one line saying why, the report still printed."""
+    done = cli("-q", "replay", str(SMALL), "--window", "16000", code=1)
+    assert "requests that cannot fit" in done.stdout
+    [why] = done.stderr.strip().splitlines()
+    assert why.startswith("compactd: 170 of 170 requests cannot fit the limit of 12,000 tokens")
+    assert "the system prompt alone is 15,070 tokens" in why, why
 
 
 def test_the_replay_table_fits_80_columns_with_its_savings(cli: Cli) -> None:
@@ -449,6 +570,31 @@ def test_version_and_store_work_on_every_command(cli: Cli) -> None:
     assert len(done.stderr.strip().splitlines()) == 1
 
 
+def test_advice_to_install_fits_how_compactd_was_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under pipx (its venv holds `pipx_metadata.json`) a missing package is added with
+    `pipx inject compactd`; elsewhere with this interpreter's own pip — never `pip install
+    '.[plot]'`, which only works from a clone and not at all under pipx."""
+    from compactd.clients.replay import plot_needs
+    from compactd.context.errors import StoreFailure
+    from compactd.context.stores import open_store
+
+    from compactd import install_advice
+
+    here = plot_needs()
+    assert here == f"needs matplotlib: {sys.executable} -m pip install 'matplotlib>=3.9'"
+    pipx_venv = tmp_path / "pipx/venvs/compactd"
+    pipx_venv.mkdir(parents=True)
+    (pipx_venv / "pipx_metadata.json").write_text("{}")
+    monkeypatch.setattr(sys, "prefix", str(pipx_venv))
+    assert plot_needs() == "needs matplotlib: pipx inject compactd 'matplotlib>=3.9'"
+    assert install_advice("psycopg-pool") == "pipx inject compactd psycopg-pool"
+    monkeypatch.setitem(sys.modules, "compactd.context.stores.postgres", None)  # not installed
+    with pytest.raises(StoreFailure, match=r"pipx inject compactd 'psycopg\[binary\]>=3.2'"):
+        open_store("postgresql://db/agents", None)
+
+
 def test_the_install_lines_say_what_works() -> None:
     readme = (ROOT / "README.md").read_text()
     assert ".venv/bin/compactd" in readme and "pipx install ." in readme
@@ -458,4 +604,11 @@ def test_the_install_lines_say_what_works() -> None:
         ROOT / "clients/replay.py",
     ):
         assert "pip install compactd" not in source.read_text(), source
+    node = (ROOT / "clients/node/README.md").read_text()
+    example = node.split("```js\n", 1)[1].split("```", 1)[0]
+    imported = set(re.findall(r'from "((?:@[\w-]+/)?[\w-]+)"', example)) - {"@compactd/client"}
+    assert imported == {"@anthropic-ai/sdk"}, imported
+    installs = [line for line in node.splitlines() if line.startswith("npm install ")]
+    for package in imported:  # what the example imports, the README says to install
+        assert any(package in line.split("#")[0] for line in installs), (package, installs)
     assert "rm -rf $(RUN_DATA)" in (ROOT / "Makefile").read_text()  # make run: the same each time

@@ -186,3 +186,30 @@ def test_the_python_agent_loop_runs_as_written(tmp_path: Path) -> None:
     assert results["toolu_recall"].get("is_error") is True  # a made-up handle: the model reads why
     assert [m["role"] for m in second] == ["user", "assistant", "user"]
     assert "caller" not in str(second[1]["content"])
+
+
+BUNDLED_LONG_TURNS = [
+    # the bundled Claude Code session: 47,427 tokens, its earlier turns under the compaction it
+    # recorded, then one long agentic turn; the Codex one: one turn of 39 tool calls
+    ROOT / "tests/data/transcripts/claude-code/64da7265-8f07-4967-b79f-0ae374c13330.jsonl",
+    next((ROOT / "tests/data/transcripts/codex").glob("rollout-*.jsonl")),
+]
+
+
+def test_the_readme_compact_example_compacts_a_long_agentic_turn(tmp_path: Path) -> None:
+    """The README's own `compact` line, and a plain `compact`, on real sessions with nothing
+    before their retained turns to summarize: each summarizes inside the turn and says what
+    it kept (both said "short history" and changed nothing)."""
+    [line] = [argv for argv in readme_commands() if argv[1] == "compact"]
+    plain = ["compact", "<session>", "--summary-provider", "digest"]
+    cli = Cli(tmp_path / "data", tmp_path)
+    for transcript, argv in zip(BUNDLED_LONG_TURNS, (line[1:], plain), strict=True):
+        session = cli("-q", "import", str(transcript)).stdout.split()[0]
+        done = cli(*[a.replace("<session>", session) for a in argv])
+        assert done.stdout.startswith("compacted: /compact: summarized "), done.stdout
+        assert "; kept the request of the turn in progress and its newest" in done.stdout
+        before, after = (
+            int(n.replace(",", ""))
+            for n in re.search(r"\(([\d,]+) → ([\d,]+) tokens\)", done.stdout).groups()
+        )
+        assert after < before / 2, done.stdout

@@ -103,3 +103,100 @@ async def test_an_import_over_the_absolute_cap_writes_nothing(tmp_path: Path) ->
         assert (await raw.call("session/list"))["sessions"] == []
     async with seeded_daemon(data_dir, {}) as raw:
         assert (await raw.call("session/import", {"path": str(CODEX)}))["sessionIds"]
+
+
+def _jsonl(*records: dict[str, Any]) -> bytes:
+    return b"".join(orjson.dumps(r) + b"\n" for r in records)
+
+
+HI = {"role": "user", "content": "hi"}
+# the smallest valid file of every format the daemon imports: one message each, 31–160 bytes;
+# a session's header alone is ~250 bytes, so each writes several times what it read
+SMALLEST: dict[str, tuple[str, bytes]] = {
+    "claude-code": (
+        "s.jsonl",
+        _jsonl({"type": "user", "sessionId": "s", "uuid": "u1", "message": HI}),
+    ),
+    "claude-code, older format": (
+        "s.jsonl",
+        _jsonl(
+            {
+                "type": "user",
+                "sessionId": "s",
+                "uuid": "u1",
+                "parentUuid": None,
+                "isSidechain": False,
+                "message": HI,
+            }
+        ),
+    ),
+    "codex": (
+        "rollout.jsonl",
+        _jsonl(
+            {"type": "session_meta", "payload": {"id": "s"}},
+            {
+                "type": "response_item",
+                "payload": {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "hi"}],
+                },
+            },
+        ),
+    ),
+    "openhands events": (
+        "o.json",
+        orjson.dumps([{"action": "message", "args": {"content": "hi"}, "source": "user"}]),
+    ),
+    "openhands output": (
+        "o.jsonl",
+        _jsonl(
+            {
+                "instance_id": "i",
+                "history": [{"action": "message", "args": {"content": "hi"}, "source": "user"}],
+            }
+        ),
+    ),
+    "swe-agent": (
+        "t.traj",
+        orjson.dumps({"trajectory": [{"action": "ls", "observation": "a", "thought": "t"}]}),
+    ),
+    "mini-swe-agent": (
+        "t.traj.json",
+        orjson.dumps({"trajectory_format": "mini-swe-agent-1", "messages": [HI], "info": {}}),
+    ),
+    "gemini-cli": (
+        "session.json",
+        orjson.dumps({"sessionId": "s", "messages": [{"type": "user", "content": "hi"}]}),
+    ),
+    "cline": (
+        "api_conversation_history.json",
+        orjson.dumps([{"role": "user", "content": [{"type": "text", "text": "hi"}], "ts": 1}]),
+    ),
+    "aider": (
+        ".aider.chat.history.md",
+        b"# aider chat started at 2026-01-01 00:00:00\n\n#### hi\n",
+    ),
+    "messages array": ("m.json", orjson.dumps([HI])),
+    "messages object": ("m.json", orjson.dumps({"messages": [HI]})),
+    "chat jsonl": ("m.jsonl", _jsonl(HI)),
+}
+
+
+async def test_the_smallest_valid_file_of_every_format_imports(tmp_path: Path) -> None:
+    """A small file is never refused for being small: most write more than 4 times what they
+    read (a session's header alone outweighs them), under the floor every import may write,
+    and the message is in the session."""
+    ratios = {}
+    async with seeded_daemon(tmp_path / "data", {}) as raw:
+        for name, (filename, content) in SMALLEST.items():
+            folder = tmp_path / name.replace(" ", "_").replace(",", "")
+            folder.mkdir()
+            (folder / filename).write_bytes(content)
+            imported = await raw.call("session/import", {"path": str(folder / filename)})
+            [sid] = imported["sessionIds"]
+            ratios[name] = len(log_bytes(tmp_path / "data", sid)) / len(content)
+            got = await raw.call("session/get", {"sessionId": sid})
+            texts = orjson.dumps(got["nodes"]).decode()
+            assert '"hi"' in texts or '"ls"' in texts, (name, texts)
+    assert sum(r > 4 for r in ratios.values()) > len(SMALLEST) / 2, ratios

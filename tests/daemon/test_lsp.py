@@ -25,7 +25,7 @@ from .wire import serve_command
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-TIMEOUT = 15.0
+TIMEOUT = 60.0
 # pytest-lsp builds the server command when this module is imported, before any fixture runs;
 # the daemon creates the folder when it starts, and the fixture removes it
 DATA_DIR = Path(tempfile.gettempdir()) / f"compactd-lsp-{uuid.uuid4().hex}" / "data"

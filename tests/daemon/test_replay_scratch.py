@@ -17,7 +17,7 @@ TRANSCRIPT = (
     Path(__file__).resolve().parents[1]
     / "data/transcripts/claude-code/fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
 )
-WAIT = 30.0
+WAIT = 60.0  # a hang detector: a busy machine answers well inside it
 
 
 async def replay_waiting_on_its_summary(data_dir: Path, log: Path) -> RawDaemon:

@@ -12,7 +12,7 @@ from compactd.protocol import types as t
 
 async def test_cancelling_a_compaction_cancels_the_clients_summary(tmp_path: Path) -> None:
     client = await CompactdClient.spawn(
-        data_dir=str(tmp_path), args=["--summary-provider", "client"], timeout=30
+        data_dir=str(tmp_path), args=["--summary-provider", "client"], timeout=60
     )
     started = asyncio.Event()
     cancelled = asyncio.Event()
@@ -20,7 +20,7 @@ async def test_cancelling_a_compaction_cancels_the_clients_summary(tmp_path: Pat
     async def stall(params: t.SummarizeParams) -> t.SummarizeResult:
         started.set()
         try:
-            await asyncio.sleep(60)
+            await asyncio.sleep(600)  # until cancelled
         except asyncio.CancelledError:
             cancelled.set()
             raise
@@ -39,14 +39,14 @@ async def test_cancelling_a_compaction_cancels_the_clients_summary(tmp_path: Pat
             )
         before = (await client.get(sid))["records"]
         msg_id, answer = client.send_request("context/compact", {"sessionId": sid})
-        await asyncio.wait_for(started.wait(), 10)
+        await asyncio.wait_for(started.wait(), 60)
         client.cancel(msg_id)
         try:
-            await asyncio.wait_for(answer, 10)
+            await asyncio.wait_for(answer, 60)
             raise AssertionError("the cancelled compaction answered with a result")
         except RpcError as exc:
             assert exc.code == -32800
-        await asyncio.wait_for(cancelled.wait(), 10)  # the daemon told us to stop
+        await asyncio.wait_for(cancelled.wait(), 60)  # the daemon told us to stop
         assert (await client.get(sid))["records"] == before  # and wrote nothing
     finally:
         assert await client.close() == 0

@@ -23,8 +23,10 @@ import orjson
 from tests.support.logs import log_bytes
 from tests.support.postgres import daemon_store_args
 
-SPAWN_TIMEOUT = 20.0
-REPLY_TIMEOUT = 10.0
+# hang detectors, never measures: a daemon that starts, or a reply that comes, on a busy
+# machine (2 shared cores at load 10, a PostgreSQL store) is still well inside them
+SPAWN_TIMEOUT = 120.0
+REPLY_TIMEOUT = 60.0
 
 
 def frame(body: bytes) -> bytes:
@@ -248,7 +250,12 @@ async def seeded_daemon(
     env: dict[str, str] | None = None,
 ) -> AsyncIterator[RawDaemon]:
     """A raw-wire daemon (its log beside the data dir) with these sessions written first; it
-    must keep to the protocol throughout and exit 0 after `shutdown` + `exit`."""
+    must keep to the protocol throughout and exit 0 after `shutdown` + `exit`. Its idle loop
+    does not run (unless `serve_args` set `--idle-check-seconds`): the background work it does
+    every 30 s (a session's claim file, kept counts) would land, on a slow machine more often,
+    between the snapshots a test takes around a refused request."""
+    if "--idle-check-seconds" not in serve_args:
+        serve_args = (*serve_args, "--idle-check-seconds", "86400")
     with contextlib.ExitStack() as stack:
         if env:
             import pytest

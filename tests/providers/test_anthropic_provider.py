@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -324,14 +323,12 @@ async def test_request_too_large_is_too_large(
 async def test_retryable_errors_fail_after_the_sdks_retries(
     fake: FakeAnthropic, make_provider: ProviderFactory, reply: Reply, kind: str, status: int
 ) -> None:
-    fake.push(reply, times=3)
-    started = time.monotonic()
+    fake.push(reply, times=3)  # each says `retry-after-ms: 1`: the SDK's backoff stays short
     failure = await expect_failure(make_provider(max_retries=2))
     assert (failure.kind, failure.status) == (kind, status)
     seen = fake.messages_requests()
     assert len(seen) == 3  # one attempt + max_retries
     assert [request.retry_count for request in seen] == [0, 1, 2]
-    assert time.monotonic() - started < 2  # retry-after-ms: 1 keeps the backoff short
 
 
 async def test_a_retry_that_succeeds_is_a_success(
@@ -384,12 +381,10 @@ async def test_error_event_inside_a_stream(
 async def test_stall_hits_the_wall_time_bound(
     fake: FakeAnthropic, make_provider: ProviderFactory
 ) -> None:
-    fake.push(Reply.stall(10))
-    started = time.monotonic()
+    fake.push(Reply.stall(600))  # ended by the 0.3 s bound (said in the message), not its end
     failure = await expect_failure(make_provider(wall_seconds=0.3))
     assert failure.kind == "timeout"
     assert "wall-time" in failure.message
-    assert time.monotonic() - started < 2
     assert len(fake.messages_requests()) == 1
 
 

@@ -79,7 +79,7 @@ class Child:
         self.buf = b""
         self.lines: list[list[str]] = []
 
-    def read_until(self, word: str, timeout: float = 20.0) -> bool:
+    def read_until(self, word: str, timeout: float = 60.0) -> bool:
         """Read until the child has printed a line starting with `word`."""
         stdout = self.proc.stdout
         assert stdout is not None

@@ -53,7 +53,9 @@ def daemon_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def daemon(fake_server: FakeAnthropic, daemon_dir: Path) -> AsyncIterator[CompactdClient]:
-    client = await spawn_daemon(fake_server, daemon_dir, summarize_timeout=1, timeout=30)
+    # hang detectors only: a test of the summary's time bound sets its own
+    # (`summaryTimeBoundSeconds` in its session's config)
+    client = await spawn_daemon(fake_server, daemon_dir, summarize_timeout=60, timeout=60)
     yield client
     await client.close()
 

@@ -81,7 +81,7 @@ def systems(fake: FakeAnthropic) -> list[str]:
     return out
 
 
-async def wait_until(check: Callable[[], bool], timeout: float = 10.0) -> None:
+async def wait_until(check: Callable[[], bool], timeout: float = 60.0) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while not check():

@@ -290,7 +290,7 @@ async def test_cancelling_compact_writes_nothing(
     await wait_until(lambda: len(fake.messages_requests()) == 1)
     daemon.cancel(msg_id)
     with pytest.raises(RpcError) as caught:
-        await asyncio.wait_for(answer, 10)
+        await asyncio.wait_for(answer, 60)
     assert caught.value.code == REQUEST_CANCELLED
     assert await state(daemon, sid, daemon_dir) == before
     # the daemon is fine afterwards and the session compacts normally
@@ -301,12 +301,14 @@ async def test_an_append_during_generation_writes_no_summary(
     daemon: CompactdClient, fake: FakeAnthropic, daemon_dir: Path
 ) -> None:
     sid = await sixteen_session(daemon, "d")
-    fake.push(Reply.stall(0.5, then=Reply.answer("LATE checkpoint")))
+    gate = fake.hold()  # the summary is answered only once the append is in
+    fake.push(Reply.answer("LATE checkpoint"))
     _, answer = daemon.send_request("context/compact", {"sessionId": sid, "window": WINDOW})
-    await wait_until(lambda: len(fake.messages_requests()) == 1)
+    await asyncio.to_thread(gate.arrived.wait, 60)
     appended = await daemon.append(sid, [user("one more thing while you summarize")])
+    gate.release()
     with pytest.raises(RpcError) as caught:
-        await asyncio.wait_for(answer, 10)
+        await asyncio.wait_for(answer, 60)
     assert caught.value.code == CODE_BY_KIND["head_conflict"]
     assert "changed while compacting" in caught.value.message
     assert await records(daemon, sid, "summary") == []
@@ -320,11 +322,13 @@ async def test_a_usage_report_during_generation_does_not_undo_the_summary(
     daemon: CompactdClient, fake: FakeAnthropic
 ) -> None:
     sid = await sixteen_session(daemon, "g")
-    fake.push(Reply.stall(0.5, then=Reply.answer("KEPT checkpoint")))
+    gate = fake.hold()  # the summary is answered only once the report is in
+    fake.push(Reply.answer("KEPT checkpoint"))
     _, answer = daemon.send_request("context/compact", {"sessionId": sid, "window": WINDOW})
-    await wait_until(lambda: len(fake.messages_requests()) == 1)
+    await asyncio.to_thread(gate.arrived.wait, 60)
     await daemon.report_usage(sid, "claude-opus-4-8", usage={"input_tokens": 4000})
-    result = await asyncio.wait_for(answer, 10)
+    gate.release()
+    result = await asyncio.wait_for(answer, 60)
     assert result["applied"]
     (summary,) = await records(daemon, sid, "summary")
     assert summary["data"]["text"] == "KEPT checkpoint"
@@ -334,10 +338,12 @@ async def test_a_usage_report_during_generation_does_not_undo_the_summary(
 async def test_a_stall_past_the_timeout_writes_nothing(
     daemon: CompactdClient, fake: FakeAnthropic, daemon_dir: Path
 ) -> None:
-    sid = await sixteen_session(daemon, "t")
+    sid = await open_session(daemon, {"summaryTimeBoundSeconds": 1})
+    await daemon.append(sid, sixteen("t"))
     before = await state(daemon, sid, daemon_dir)
-    fake.push(Reply.stall(2.5), times=3)  # the daemon runs with --summarize-timeout 1
+    gate = fake.hold()  # never released before the bound: only the bound can end the call
     result = await daemon.compact(sid, window=WINDOW)
+    gate.release()
     assert result.applied is False and result.failure == "timeout"
     assert await state(daemon, sid, daemon_dir) == before
 

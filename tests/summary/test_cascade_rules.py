@@ -52,7 +52,7 @@ async def test_a_prepared_checkpoint_is_not_reused_for_another_model_or_budget(
     await daemon.append(sid, [m for k in range(12) for m in turn(f"pm{k}")])
     fake.push(Reply.answer("PREPARED for sonnet at 200K"))
     await daemon.render(sid, model="claude-sonnet-4-5")  # the params the preparation uses
-    await wait_until(lambda: len(fake.messages_requests()) == 1, timeout=10)
+    await wait_until(lambda: len(fake.messages_requests()) == 1)
     await asyncio.sleep(0.3)  # let the answer reach the daemon
     fake.push(Reply.answer("WRITTEN for haiku at 100K"))
     result = await daemon.compact(sid, model="claude-haiku-4-5", window=100_000)

@@ -248,3 +248,39 @@ def test_what_cannot_fit_even_from_inside_writes_nothing(engine: Engine) -> None
         cascade(engine, sid, params())
     assert "short history" in caught.value.message
     assert log_bytes(engine, sid) == log
+
+
+def test_compact_on_one_long_turn_checkpoints_inside_it(engine: Engine) -> None:
+    """`/compact` on a session that is one long agentic turn after a short one (~62K tokens at
+    a 200K window: the cascade leaves it alone, and no whole turn lies before the retained
+    two) replaces the turn's older steps with a checkpoint — the spec's rule, as the cascade
+    applies it inside a turn: the request verbatim first, the latest step after the marker,
+    every replaced result in the summary's input — and says what it kept."""
+    sid = open_session(engine, CONFIG)
+    engine.append(sid, messages=[user("what is in the repository?"), assistant("a storage layer")])
+    engine.append(sid, messages=[user(REQUEST), *calls("c", 110, words=135)])
+    before = engine.render(sid, params(200_000)).total
+    assert 55_000 < before < 70_000, before
+    automatic = cascade(engine, sid, params(200_000)).events
+    assert not [e for e in automatic if e.applied]  # nothing for the cascade to do
+    recorder = Recorder()
+    out = cascade(engine, sid, params(200_000), answer=recorder, manual=True)
+    [event] = [e for e in out.events if e.tier == "summary"]
+    assert event.applied, event.reason
+    assert event.details["kept"] == (
+        "the request of the turn in progress and its newest 1 step(s); the range's 1 user "
+        "request(s) verbatim in the marker"
+    )
+    assert event.reason.endswith("; kept " + event.details["kept"])
+    assert event.reason.startswith("/compact: summarized 1 turn(s) and the first 109 step(s)")
+    check_wire(out.rendered)
+    request = out.rendered.request
+    assert texts(request)[0] == REQUEST
+    assert texts(request)[1].startswith("[compactd: summary of the work so far")
+    assert "what is in the repository?" in texts(request)[1]  # quoted in the marker
+    assert use_ids(request) == ["toolu_c109"]  # the latest step, with its result
+    assert out.rendered.total < before / 4
+    prompt = "\n".join(n.request.prompt for n in recorder.needs)
+    assert "what is in the repository?" in prompt
+    for k in range(109):
+        assert f"[c{k}] c{k}w0" in prompt, k

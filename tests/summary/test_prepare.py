@@ -35,7 +35,7 @@ async def prepared_session(daemon: CompactdClient, fake: FakeAnthropic, prefix: 
     await daemon.append(sid, sixteen(prefix))
     fake.push(Reply.answer(f"PREPARED-{prefix} checkpoint"))
     await daemon.render(sid, window=WINDOW)  # the params the preparation will use
-    await wait_until(lambda: len(fake.messages_requests()) == 1, timeout=10)
+    await wait_until(lambda: len(fake.messages_requests()) == 1)
     await asyncio.sleep(0.3)  # let the answer reach the daemon
     return sid
 
@@ -77,7 +77,7 @@ async def test_a_stale_preparation_does_not_block_the_next_one(
     sid = await prepared_session(daemon, fake, "s")
     await daemon.append(sid, turn("s4"))
     fake.push(Reply.answer("RE-PREPARED checkpoint"))
-    await wait_until(lambda: len(fake.messages_requests()) == 2, timeout=2)
+    await wait_until(lambda: len(fake.messages_requests()) == 2)
 
 
 # ---- the engine's side -----------------------------------------------------------------------

@@ -55,11 +55,11 @@ PNG = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgoAAAANSUh
 async def patient(
     fake_server: FakeAnthropic, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[CompactdClient]:
-    """A daemon whose provider waits for the fake as long as it takes (the shared one gives
-    up after 1 s): a held summary stays in flight until the test releases it. A call that
-    blocks behind one fails by the client's 20 s timeout, never by a timed assertion."""
+    """A daemon whose provider waits for the fake as long as it takes: a held summary stays
+    in flight until the test releases it. A call that blocks behind one fails by the client's
+    60 s timeout, never by a timed assertion."""
     data: Path = tmp_path_factory.mktemp("patient-daemon")
-    client = await spawn_daemon(fake_server, data, summarize_timeout=120, timeout=20)
+    client = await spawn_daemon(fake_server, data, summarize_timeout=120, timeout=60)
     yield client
     await client.close()
 

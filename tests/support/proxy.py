@@ -50,7 +50,7 @@ class ProxyProcess:
         self.base_url = ""
         self.returncode: int | None = None
 
-    def start(self, timeout: float = 30.0) -> ProxyProcess:
+    def start(self, timeout: float = 120.0) -> ProxyProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
@@ -91,7 +91,7 @@ class ProxyProcess:
             if self.process.poll() is None:
                 self.process.send_signal(signal.SIGINT)
                 try:
-                    self.process.wait(timeout=15)
+                    self.process.wait(timeout=60)
                 except subprocess.TimeoutExpired:
                     self.process.kill()
                     self.process.wait(timeout=5)

@@ -61,7 +61,9 @@ export async function startDaemon(t: TestContext, options: SpawnOptions = {}): P
   const dataDir = options.dataDir ?? (await tempDir(t));
   const client = await CompactdClient.spawn({
     command: DAEMON,
-    requestTimeoutMs: 30_000,
+    // a hang detector, never a measure: the first call waits for the daemon to start, which on
+    // a busy machine (2 shared cores at load 10) takes seconds
+    requestTimeoutMs: 60_000,
     // COMPACTD_TEST_STDERR=1 (with COMPACTD_LOG_LEVEL=DEBUG) shows what the daemons say.
     stderr: process.env.COMPACTD_TEST_STDERR ? "inherit" : "pipe",
     ...options,

@@ -11,12 +11,10 @@ test("close sends shutdown and exit, and returns the exit code 0", async (t) => 
   const dataDir = await tempDir(t);
   const client = await CompactdClient.spawn({ command: DAEMON, dataDir });
   await client.status();
-  const started = Date.now();
   assert.equal(await client.close(), 0);
   assert.equal(await client.exited, 0);
   assert.equal(client.process?.exitCode, 0);
   assert.equal(await client.close(), 0, "closing twice is harmless");
-  assert.ok(Date.now() - started < 10_000);
   await assert.rejects(client.status(), { kind: "connection_closed" });
 });
 
