@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.agent_runs import both_ways, chat_tally
+from tests.support.agent_runs import assert_key_never_written, both_ways, chat_tally
 from tests.support.fake_openai import FakeOpenAIProcess
 from tests.support.proxy import ProxyProcess
 
@@ -154,10 +154,4 @@ def test_through_the_proxy_the_upstream_counts_fewer_input_tokens_in_all(
 
 
 def test_the_key_is_never_written(runs: dict[str, Any]) -> None:
-    proxy = runs["proxy"]
-    assert proxy["returncode"] == 0, proxy["log"]
-    assert any(Path(proxy["data"]).rglob("*.jsonl"))
-    for path in Path(proxy["data"]).rglob("*"):
-        if path.is_file():
-            assert API_KEY.encode() not in path.read_bytes(), path
-    assert API_KEY not in proxy["log"]
+    assert_key_never_written(runs["proxy"], API_KEY)

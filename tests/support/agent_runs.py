@@ -115,3 +115,14 @@ def compactd_json(data: Path, *args: str) -> Any:
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+def assert_key_never_written(proxy: dict[str, Any], key: str) -> None:
+    """The proxy's run (`both_ways(...)["proxy"]`) exited cleanly, stored sessions, and its key
+    is in none of its files or its log."""
+    assert proxy["returncode"] == 0, proxy["log"]
+    assert any(Path(proxy["data"]).rglob("*.jsonl"))
+    for path in Path(proxy["data"]).rglob("*"):
+        if path.is_file():
+            assert key.encode() not in path.read_bytes(), path
+    assert key not in proxy["log"]
