@@ -637,6 +637,12 @@ def add_proxy_arguments(parser: argparse.ArgumentParser) -> None:
         "https://api.openai.com)",
     )
     parser.add_argument(
+        "--gemini-upstream",
+        default="https://generativelanguage.googleapis.com",
+        metavar="URL",
+        help="where Gemini API requests go (default https://generativelanguage.googleapis.com)",
+    )
+    parser.add_argument(
         "--window",
         type=int,
         default=None,

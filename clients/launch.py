@@ -24,8 +24,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -137,10 +135,12 @@ def data_dir_of(ns: argparse.Namespace) -> Path:
 
 def health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
     """A proxy's `/healthz`, or None when nothing (or something else) answers there."""
+    import urllib.request  # here: every command's parser reads this module's options
+
     try:
         with urllib.request.urlopen(f"{url}/healthz", timeout=timeout) as answer:
             data = json.loads(answer.read())
-    except (OSError, ValueError, urllib.error.URLError):
+    except (OSError, ValueError):  # urllib's URLError is an OSError
         return None
     ok = isinstance(data, dict) and data.get("service") == "compactd proxy"
     return data if ok else None

@@ -42,7 +42,7 @@ def run(ns: argparse.Namespace) -> int:
         other.close()
     counts = {a: sum(c.action == a for c in report.sessions) for a in ("copied", "extended")}
     counts |= {a: sum(c.action == a for c in report.sessions) for a in ("present", "conflict")}
-    print(", ".join(f"{n} {a}" for a, n in counts.items()))
+    print(", ".join(f"{n} {a}" for a, n in counts.items()) + f"; {report.requests} request row(s)")
     if not report.ok:
         print(
             "compactd: some sessions differ in the target; they were left as they are",

@@ -1,28 +1,53 @@
-"""The Anthropic Messages API, read and written: what the proxy takes from a client's request and
-what it sends upstream in its place. Pure functions over the provider's JSON; the engine decides
-what the messages are.
+"""The Anthropic Messages API's adapter (`/v1/messages`, `/v1/messages/count_tokens`): what the
+proxy takes from a client's request, what it sends upstream in its place, and how the answer's
+stream reaches the client. The engine decides what the messages are.
 
 What a request keeps as the client sent it: everything but `messages` — the model, `thinking`,
 `metadata`, `output_config`, `tool_choice`, `stream`, its own `context_management` edits (merged
 with Tier 1's, `clear_thinking` first as the API requires). What compactd places: the messages,
 and every `cache_control` breakpoint (the client's are removed from what is stored and from the
 system and tools, so the request never holds more than the API's four).
+
+The stream is forwarded event by event while the adapter assembles the message (its usage, the
+context edits the provider applied, its calls). When a message calls nothing but
+`compactd_recall`, its end is held: the next stream continues the same message for the client
+(its `message_start` dropped, its blocks numbered on from the first one's). Thinking blocks and
+their signatures pass through byte for byte.
 """
 
 from __future__ import annotations
 
-import hashlib
+import copy
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 import orjson
+from anthropic import Omit
 
 from ..context.errors import CannotFit
 from ..context.recall import TOOL_NAME as RECALL_TOOL
+from ..context.summarizer.types import SummaryRequest, SummaryResult
+from ..context.tiers.reactive import Overflow, parse_overflow
+from ..service.providers.anthropic_provider import AnthropicSummaryProvider
 from ..service.stats import Usage
-from .sse import encode
+from .http import scrubbed
+from .sse import Event, encode
+from .wire import (
+    ApiError,
+    Credentials,
+    Incoming,
+    Route,
+    SessionKey,
+    Turn,
+    Wire,
+    invalid,
+    json_content,
+    json_object,
+    opening,
+    over_window,
+)
 
 CLEAR_THINKING = "clear_thinking_20251015"
 PER_TURN_CONTROL = "per-turn-control-2026-07-01"
@@ -32,94 +57,10 @@ SESSION_HEADER = "x-claude-code-session-id"
 _SESSION_IN_USER_ID = re.compile(r"session_([0-9a-fA-F-]{8,64})")
 
 
-class ApiError(Exception):
-    """An answer in the API's own error shape: `{"type":"error","error":{type, message}}`
-    (`code`: OpenAI's `error.code`, where its APIs have one)."""
-
-    def __init__(self, status: int, kind: str, message: str, code: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.kind = kind
-        self.message = message
-        self.code = code
-
-    def body(self) -> dict[str, Any]:
-        return {"type": "error", "error": {"type": self.kind, "message": self.message}}
-
-    def own_body(self) -> Any:
-        """The upstream's own error body when the upstream said it (None: the proxy's)."""
-        return None
-
-
-def invalid(message: str) -> ApiError:
-    return ApiError(400, "invalid_request_error", message)
-
-
-def error_envelope(exc: ApiError) -> dict[str, Any]:
-    """`exc` in this API's error shape: the upstream's own words where it refused in it."""
-    own = exc.own_body()
-    if isinstance(own, dict) and own.get("type") == "error" and isinstance(own.get("error"), dict):
-        return own
-    return exc.body()
-
-
-def error_event(exc: ApiError) -> bytes:
-    """A failure inside a stream, as the Messages API reports one: an `error` event (the SDKs
-    raise on it; a stream that just ends would be taken for a whole message)."""
-    return encode("error", error_envelope(exc))
-
-
 def is_anthropic_request(headers: Mapping[str, str]) -> bool:
     """A request written for the Messages API: its SDKs send `anthropic-version` (and
     `x-api-key`, or a bearer token); OpenAI's send neither."""
     return "anthropic-version" in headers or "x-api-key" in headers
-
-
-def check_content_type(value: str | None, wire: str) -> None:
-    """A body the APIs read is JSON: another content type is refused as they refuse it (a
-    400 naming it) before anything is kept; no header at all is taken as JSON."""
-    media = (value or "application/json").split(";", 1)[0].strip().lower()
-    if media == "application/json" or (
-        media.startswith("application/") and media.endswith("+json")
-    ):
-        return
-    if wire == "anthropic":
-        raise invalid(
-            f"Unsupported content type: {value!r}. This API accepts 'application/json' requests."
-        )
-    raise ApiError(
-        400,
-        "invalid_request_error",
-        f"Unsupported content type: {value!r}. This API method only accepts "
-        f"'application/json' requests, but you specified the header 'Content-Type: {value}'. "
-        "Please try again with a supported content type.",
-        "unsupported_content_type",
-    )
-
-
-def too_long(exc: CannotFit, wire: str) -> ApiError:
-    """The proxy's own "cannot fit" in the words each API uses for a prompt over the window,
-    so the agent's reaction to it — its own compaction — runs: `prompt is too long: N tokens
-    > M maximum` (Messages), or `context_length_exceeded` (Chat Completions, Responses)."""
-    limit = int(exc.data.get("limit") or 0)
-    tokens = max(int(exc.data.get("tokens") or exc.data.get("reported") or 0), limit + 1)
-    if wire == "chat":
-        return ApiError(
-            400,
-            "invalid_request_error",
-            f"This model's maximum context length is {limit} tokens. However, your messages "
-            f"resulted in {tokens} tokens. Please reduce the length of the messages.",
-            "context_length_exceeded",
-        )
-    if wire == "responses":
-        return ApiError(
-            400,
-            "invalid_request_error",
-            "Your input exceeds the context window of this model. Please adjust your input "
-            "and try again.",
-            "context_length_exceeded",
-        )
-    return invalid(f"prompt is too long: {tokens} tokens > {limit} maximum")
 
 
 @attrs.frozen
@@ -220,21 +161,6 @@ def read_messages_request(body: Any) -> MessagesRequest:
     )
 
 
-@attrs.frozen
-class SessionKey:
-    """Which session a request belongs to: `value` is the session the client names
-    (`named`), or a digest of how its conversation starts — conversations that start alike
-    are then told apart by the proxy (`Proxy._keyless`)."""
-
-    value: str
-    named: bool
-
-
-def opening(*parts: Any) -> SessionKey:
-    """The key of a conversation that names no session: a digest of how it starts."""
-    return SessionKey("h" + hashlib.sha256(orjson.dumps(parts)).hexdigest()[:31], False)
-
-
 def session_key(headers: Mapping[str, str], body: dict[str, Any]) -> SessionKey:
     """Claude Code's session header, else the session id inside `metadata.user_id`, else the
     system prompt and the first message (`opening`)."""
@@ -309,22 +235,6 @@ def upstream_body(
     return body
 
 
-def recall_calls(content: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
-    """The `compactd_recall` calls among a message's blocks, and whether it also calls a tool
-    of the client's."""
-    ours = [b for b in content if b.get("type") == "tool_use" and b.get("name") == RECALL_TOOL]
-    theirs = any(b.get("type") == "tool_use" and b.get("name") != RECALL_TOOL for b in content)
-    return ours, theirs
-
-
-def prompt_tokens(usage: Mapping[str, Any]) -> int:
-    """The whole prompt a response's usage counts (input + cache creation + cache read)."""
-    return sum(
-        int(usage.get(k) or 0)
-        for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-    )
-
-
 def counted(usage: Any) -> Usage | None:
     """A Messages answer's `usage` in the stats' terms: uncached input, cache reads
     (`cache_read_input_tokens`), cache writes (`cache_creation_input_tokens`), output."""
@@ -363,3 +273,421 @@ def with_notes(messages: list[dict[str, Any]], notes: list[dict[str, Any]]) -> l
     content = last.get("content")
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
     return [*messages[:-1], {**last, "content": [*blocks, *notes]}]
+
+
+# ---- the answer, streamed or whole --------------------------------------------------------
+
+
+class Assembly:
+    """A streamed message, built from its events as the SDK builds it."""
+
+    def __init__(self) -> None:
+        self.message: dict[str, Any] = {}
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self._json: dict[int, str] = {}
+        self.usage: dict[str, Any] = {}
+        self.context_management: dict[str, Any] | None = None
+        self.stop_reason: str | None = None
+        self.error: dict[str, Any] | None = None
+
+    def apply(self, data: dict[str, Any]) -> None:
+        kind = data.get("type")
+        if kind == "message_start":
+            self.message = dict(data.get("message") or {})
+            self.usage.update(self.message.get("usage") or {})
+        elif kind == "content_block_start":
+            self.blocks[data["index"]] = copy.deepcopy(data.get("content_block") or {})
+        elif kind == "content_block_delta":
+            self._delta(data["index"], data.get("delta") or {})
+        elif kind == "content_block_stop":
+            index = data["index"]
+            if index in self._json:
+                text = self._json.pop(index)
+                try:
+                    self.blocks[index]["input"] = orjson.loads(text) if text else {}
+                except orjson.JSONDecodeError:
+                    self.blocks[index]["input"] = {}
+        elif kind == "message_delta":
+            self.usage.update(data.get("usage") or {})
+            self.stop_reason = (data.get("delta") or {}).get("stop_reason", self.stop_reason)
+            if data.get("context_management") is not None:
+                self.context_management = data["context_management"]
+        elif kind == "error":
+            self.error = data.get("error") or {}
+
+    def _delta(self, index: int, delta: dict[str, Any]) -> None:
+        block = self.blocks.setdefault(index, {})
+        kind = delta.get("type")
+        if kind == "text_delta":
+            block["text"] = block.get("text", "") + delta.get("text", "")
+        elif kind == "thinking_delta":
+            block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+        elif kind == "signature_delta":
+            block["signature"] = block.get("signature", "") + delta.get("signature", "")
+        elif kind == "input_json_delta":
+            self._json[index] = self._json.get(index, "") + delta.get("partial_json", "")
+        elif kind == "citations_delta":
+            block.setdefault("citations", []).append(delta.get("citation"))
+
+    @property
+    def content(self) -> list[dict[str, Any]]:
+        return [self.blocks[i] for i in sorted(self.blocks)]
+
+    def final(self) -> dict[str, Any]:
+        """The whole message, as a non-streaming answer would have been."""
+        return {
+            **self.message,
+            "content": self.content,
+            "stop_reason": self.stop_reason,
+            "usage": self.usage,
+        }
+
+
+def is_recall_call(block: dict[str, Any]) -> bool:
+    return block.get("type") == "tool_use" and block.get("name") == RECALL_TOOL
+
+
+class MessagesStream:
+    """Decides, event by event, what of the upstream's streams the client gets."""
+
+    def __init__(self, *, recall: bool) -> None:
+        self.recall = recall
+        self.next_index = 0  # the client's next content block index
+        self.continuing = False  # a follow-up stream: the client has its message_start
+        self.assembly = Assembly()
+        self.first: Assembly | None = None  # the first stream's message (what usage is of)
+        self.usages: list[dict[str, Any]] = []  # each finished round's usage, in order
+        self.ended = False
+        self.failed = False
+        self._index: dict[int, int | None] = {}  # upstream index -> the client's, None: held
+        self._holding_end = False
+
+    def event(self, event: Event) -> bytes | None:
+        """The bytes to forward for `event` (None: nothing, now)."""
+        data = event.data
+        if not isinstance(data, dict):
+            return event.raw
+        self.assembly.apply(data)
+        kind = data.get("type")
+        if kind == "message_stop":
+            self.ended = True
+        elif kind == "error":
+            self.ended = self.failed = True
+            return scrubbed(event.raw)
+        if kind == "message_start":
+            return None if self.continuing else event.raw
+        if kind in ("content_block_start", "content_block_delta", "content_block_stop"):
+            index = data.get("index")
+            if kind == "content_block_start":
+                held = self.recall and is_recall_call(data.get("content_block") or {})
+                self._index[index] = None if held else self.next_index
+                if not held:
+                    self.next_index += 1
+            target = self._index.get(index, index)
+            if target is None:
+                return None
+            if target == index:
+                return event.raw
+            return encode(event.name, {**data, "index": target})
+        if kind == "message_delta" and self.follow_up_calls():
+            self._holding_end = True
+            return None
+        if kind == "message_stop" and self._holding_end:
+            return None
+        return event.raw
+
+    def follow_up_calls(self) -> list[dict[str, Any]]:
+        """The recall calls to answer before the client may see the message end."""
+        return follow_up_calls(self.assembly.content, self.recall)
+
+    def continue_with_next_stream(self) -> None:
+        """The next upstream stream carries on this message for the client."""
+        if self.first is None:
+            self.first = self.assembly
+        self.usages.append(self.assembly.usage)
+        self.assembly = Assembly()
+        self._index = {}
+        self._holding_end = False
+        self.continuing = True
+        self.ended = False
+
+    @property
+    def whole_at_close(self) -> bool:
+        return self.ended
+
+    def failure(self, exc: ApiError) -> bytes:
+        return error_event(exc)
+
+    @property
+    def _first(self) -> Assembly:
+        """The stream whose usage describes the request compactd rendered."""
+        return self.first or self.assembly
+
+    @property
+    def rounds(self) -> list[Usage | None]:
+        return [counted(u) for u in [*self.usages, self.assembly.usage]]
+
+    @property
+    def reported(self) -> dict[str, Any] | None:
+        return self._first.usage
+
+    @property
+    def applied_edits(self) -> list[dict[str, Any]] | None:
+        return (self._first.context_management or {}).get("applied_edits")
+
+    def follow_up(self, body: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
+        return _follow_up(body, self.assembly.content, results)
+
+    def mixed_calls(self) -> list[dict[str, Any]]:
+        return mixed_recall_calls(self.assembly.content, self.recall)
+
+
+def follow_up_calls(content: list[dict[str, Any]], recall: bool) -> list[dict[str, Any]]:
+    """A message's calls when every one of them is `compactd_recall` (the proxy answers them
+    and asks again), else none."""
+    calls = [b for b in content if b.get("type") == "tool_use"]
+    if not recall or not calls or not all(is_recall_call(b) for b in calls):
+        return []
+    return calls
+
+
+def mixed_recall_calls(content: list[dict[str, Any]], recall: bool) -> list[dict[str, Any]]:
+    """Recall calls made beside the client's own (answered in the next request)."""
+    calls = [b for b in content if b.get("type") == "tool_use"]
+    if not recall or all(is_recall_call(b) for b in calls):
+        return []
+    return [b for b in calls if is_recall_call(b)]
+
+
+def visible_content(content: list[dict[str, Any]], recall: bool) -> list[dict[str, Any]]:
+    """A non-streamed message's content as the client gets it (no `compactd_recall` calls)."""
+    return [b for b in content if not (recall and is_recall_call(b))]
+
+
+class WholeMessage:
+    """A whole (non-streamed) Messages answer across its recall rounds: the first message's
+    usage, every round's content, the last round's fields."""
+
+    def __init__(self, *, recall: bool) -> None:
+        self.recall = recall
+        self.first: dict[str, Any] = {}
+        self.latest: dict[str, Any] = {}
+        self.content: list[dict[str, Any]] = []
+        self.usages: list[Any] = []  # each round's usage, in order
+
+    def take(self, message: dict[str, Any]) -> None:
+        if not self.first:
+            self.first = message
+        self.latest = message
+        self.usages.append(message.get("usage"))
+        self.content += list(message.get("content") or [])
+
+    @property
+    def rounds(self) -> list[Usage | None]:
+        return [counted(u) for u in self.usages]
+
+    @property
+    def reported(self) -> dict[str, Any] | None:
+        usage = self.first.get("usage")
+        return usage if isinstance(usage, dict) else None
+
+    @property
+    def applied_edits(self) -> list[dict[str, Any]] | None:
+        return (self.first.get("context_management") or {}).get("applied_edits")
+
+    def follow_up_calls(self) -> list[dict[str, Any]]:
+        return follow_up_calls(self.latest.get("content") or [], self.recall)
+
+    def follow_up(self, body: dict[str, Any], results: list[dict[str, Any]]) -> dict[str, Any]:
+        return _follow_up(body, self.latest.get("content") or [], results)
+
+    def mixed_calls(self) -> list[dict[str, Any]]:
+        return mixed_recall_calls(self.latest.get("content") or [], self.recall)
+
+    def answer(self) -> dict[str, Any]:
+        return {**self.latest, "content": visible_content(self.content, self.recall)}
+
+
+def _follow_up(
+    body: dict[str, Any], content: list[dict[str, Any]], results: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The request that answers the model's recall calls: the one just sent, its answer, and
+    the results (neither reaches the client nor the session)."""
+    messages = [
+        *body["messages"],
+        {"role": "assistant", "content": content},
+        {"role": "user", "content": results},
+    ]
+    return {**body, "messages": messages}
+
+
+# ---- failures ------------------------------------------------------------------------------
+
+
+def error_body(exc: ApiError) -> dict[str, Any]:
+    """The Messages API's error shape: `{"type": "error", "error": {type, message}}`."""
+    return {"type": "error", "error": {"type": exc.kind, "message": exc.message}}
+
+
+def error_envelope(exc: ApiError) -> dict[str, Any]:
+    """`exc` in this API's error shape: the upstream's own words where it refused in it."""
+    own = exc.own_body()
+    if isinstance(own, dict) and own.get("type") == "error" and isinstance(own.get("error"), dict):
+        return own
+    return error_body(exc)
+
+
+def error_event(exc: ApiError) -> bytes:
+    """A failure inside a stream, as the Messages API reports one: an `error` event (the SDKs
+    raise on it; a stream that just ends would be taken for a whole message)."""
+    return encode("error", error_envelope(exc))
+
+
+def overflow(status: int, data: bytes) -> Overflow | None:
+    """The API's "prompt is too long" refusal, read."""
+    error = (json_object(data) or {}).get("error")
+    message = str(error.get("message") or "") if isinstance(error, dict) else ""
+    return parse_overflow(status, message)
+
+
+# ---- the adapter ---------------------------------------------------------------------------
+
+
+class AnthropicWire(Wire):
+    """The Messages API (what Claude Code speaks)."""
+
+    name = "anthropic"
+    upstream = "anthropic"
+    cache = True
+    server_edits = True
+    own_headers = ("x-api-key", "anthropic-")
+    auth_headers = ("x-api-key", "authorization")
+    relayed_headers = ("anthropic-version",)
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("POST", "/v1/messages", "generate"),
+            Route("POST", "/v1/messages/count_tokens", "count"),
+            Route("GET", "/v1/models", "forward"),
+            Route("GET", "/v1/models/{model}", "forward"),
+        ]
+
+    def owns(self, path: str) -> bool:
+        return path.startswith("/v1/messages")
+
+    def claims(self, headers: Mapping[str, str]) -> bool:
+        """A model list asked for by the Messages API's SDKs: they send `anthropic-version`
+        (and `x-api-key`, or a bearer token); OpenAI's send neither."""
+        return is_anthropic_request(headers)
+
+    def check_content_type(self, value: str | None) -> None:
+        if not json_content(value):
+            raise invalid(
+                f"Unsupported content type: {value!r}. This API accepts 'application/json' "
+                "requests."
+            )
+
+    def not_json(self) -> ApiError:
+        return invalid("There was an error parsing the body of your request: invalid JSON")
+
+    def read(self, incoming: Incoming) -> Turn:
+        req = read_messages_request(incoming.body)
+        return Turn(
+            body=req.body,
+            model=req.model,
+            messages=req.messages,
+            key=session_key(incoming.headers, req.body),
+            system=req.system,
+            tools=req.tools,
+            max_output=req.max_tokens,
+            cache_ttl=req.cache_ttl,
+            stream=req.stream,
+            kept=req,
+        )
+
+    def read_count(self, incoming: Incoming) -> Turn | None:
+        body = incoming.body
+        if not isinstance(body, dict):
+            raise invalid("body: Input should be a valid dictionary")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return None
+        try:
+            turn = self.read(attrs.evolve(incoming, body={**body, "max_tokens": 1}))
+        except ApiError:
+            return None
+        return attrs.evolve(turn, body=body)
+
+    def outgoing(
+        self,
+        turn: Turn,
+        rendered: dict[str, Any],
+        *,
+        recall: bool,
+        notes: list[dict[str, Any]] | None,
+        reserve: int | None,
+    ) -> dict[str, Any]:
+        req: MessagesRequest = turn.kept
+        limit = min(req.max_tokens, reserve) if reserve else None
+        body = upstream_body(req, rendered, max_tokens=limit)
+        if reserve is not None:
+            fit_thinking(body)
+        if notes:
+            body["messages"] = with_notes(body["messages"], notes)
+        return body
+
+    def headers(
+        self, turn: Turn, client: Mapping[str, str], rendered: Any
+    ) -> dict[str, str | None]:
+        """One `anthropic-beta`: the client's betas and compactd's."""
+        ours = rendered.headers.get("anthropic-beta")
+        return {"anthropic-beta": merge_betas(client.get("anthropic-beta"), ours)}
+
+    def counted_body(
+        self, turn: Turn, rendered: dict[str, Any], tail: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        counted_ = {**turn.body, "messages": [*rendered["messages"], *tail]}
+        if "system" in rendered:
+            counted_["system"] = rendered["system"]
+        return strip_cache_control(counted_)
+
+    def stream_relay(self, recall: bool) -> MessagesStream:
+        return MessagesStream(recall=recall)
+
+    def whole_relay(self, recall: bool) -> WholeMessage:
+        return WholeMessage(recall=recall)
+
+    def error_body(self, exc: ApiError) -> dict[str, Any]:
+        return error_body(exc)
+
+    def too_long(self, exc: CannotFit) -> ApiError:
+        limit, tokens = over_window(exc)
+        return invalid(f"prompt is too long: {tokens} tokens > {limit} maximum")
+
+    def overflow(self, status: int, data: bytes) -> Overflow | None:
+        return overflow(status, data)
+
+    async def summarize(
+        self, held: Credentials, request: SummaryRequest, *, model: str, timeout: float
+    ) -> SummaryResult:
+        """Through the Anthropic SDK, with the client's key or bearer token."""
+        auth = ("x-api-key", "authorization")
+        headers: dict[str, Any] = {k: v for k, v in held.headers.items() if k not in auth}
+        api_key = held.headers.get("x-api-key")
+        bearer = held.headers.get("authorization", "")
+        token = bearer[7:].strip() if bearer.lower().startswith("bearer ") else None
+        if not api_key:  # the SDK would otherwise add the environment's key beside the token
+            headers["X-Api-Key"] = Omit()
+        provider = AnthropicSummaryProvider(
+            model=model,
+            api_key=api_key or None,
+            auth_token=None if api_key else token,
+            base_url=held.upstream,
+            default_headers=headers,
+            timeout_seconds=timeout,
+            wall_seconds=timeout,
+        )
+        try:
+            return await provider.summarize(request)
+        finally:
+            await provider.aclose()

@@ -35,12 +35,16 @@ _FP_KEY = "proxy-fingerprint"
 
 class PassThrough(Exception):
     """A request whose history cannot be kept: it goes upstream as the client sent it, that
-    request only (`reason` says why; `session_id` is where it would have gone)."""
+    request only (`reason` says why; `session_id` is where it would have gone; `kind`: what
+    the request log counts it as)."""
 
-    def __init__(self, reason: str, session_id: str | None = None) -> None:
+    def __init__(
+        self, reason: str, session_id: str | None = None, *, kind: str = "history not kept"
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.session_id = session_id
+        self.kind = kind
 
 
 def _digest(value: Any) -> str:

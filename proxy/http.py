@@ -12,7 +12,9 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from .anthropic import ApiError
+from ..context.secrets import scrub
+from ..context.summarizer.types import SummaryFailure
+from .wire import ApiError
 
 HOP_BY_HOP = frozenset(
     {
@@ -36,8 +38,7 @@ def response_headers(upstream: aiohttp.ClientResponse, json: bool = False) -> di
     """The upstream's headers the client should see (its request id above all)."""
     out = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
     if json:
-        out.pop("Content-Type", None)
-        out.pop("content-type", None)
+        out = {k: v for k, v in out.items() if k.lower() != "content-type"}
     return out
 
 
@@ -135,3 +136,41 @@ def client_gone(request: web.BaseRequest) -> bool:
     """The client closed its connection (it will read nothing more)."""
     transport = request.transport
     return transport is None or transport.is_closing()
+
+
+def scrubbed(raw: bytes) -> bytes:
+    """Bytes of an error without any secret the proxy holds (an upstream may echo the key it
+    refused); the same object when there was none."""
+    text = raw.decode("utf-8", "replace")
+    clean = scrub(text)
+    return raw if clean == text else clean.encode()
+
+
+async def post_json(
+    url: str, headers: dict[str, str], body: Any, timeout: float
+) -> tuple[int, dict[str, Any]]:
+    """One request of compactd's own (a summary) and its answer's JSON object ({} when the
+    answer is not one); a timeout or an unreachable upstream is the `SummaryFailure` saying
+    so."""
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as http,
+            http.post(
+                url,
+                data=orjson.dumps(body),
+                headers={**headers, "content-type": "application/json"},
+            ) as response,
+        ):
+            data = await response.read()
+            status = response.status
+    except TimeoutError:
+        raise SummaryFailure("timeout", "the upstream did not answer in time") from None
+    except aiohttp.ClientError as exc:
+        raise SummaryFailure(
+            "unavailable", f"cannot reach the upstream: {type(exc).__name__}"
+        ) from None
+    try:
+        answer = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        answer = None
+    return status, answer if isinstance(answer, dict) else {}

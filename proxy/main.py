@@ -60,6 +60,7 @@ def proxy_settings(args: argparse.Namespace) -> ProxySettings:
         port=int(port),
         anthropic_upstream=args.anthropic_upstream,
         openai_upstream=args.openai_upstream,
+        gemini_upstream=args.gemini_upstream,
         window=args.window,
         stats=not getattr(args, "no_stats", False),
         upstream_idle_seconds=args.upstream_idle_timeout,

@@ -28,7 +28,7 @@ from yarl import URL
 from ..context.errors import CompactdError
 from ..service.app import App
 from ..service.stats import CALL, PASSED, REQUEST, Recorder, Usage, summarize
-from .anthropic import ApiError
+from .wire import ApiError
 
 HEARTBEAT_SECONDS = 15.0
 RECALL_CHARS = 200_000

@@ -1,12 +1,14 @@
 """`compactd proxy`: an HTTP server between an agent and its provider, on the same engine, store
 and services as the daemon.
 
-Each handler is thin: read the provider's JSON (`anthropic`, `openai`), put the request's history
-into its session (`history`) and render it with the cascade — one turn of the session, so two
-requests of one session never interleave — send the client's own body upstream with compactd's
-messages in place of its own, and relay the answer as it arrives (`relay`). What the context
-holds is the engine's decision; the proxy only speaks the providers' wire. A prompt-too-long
-answer runs Tier 5 and retries once, with fewer bytes, before the client sees anything.
+This is the shared path, and it never reads a provider's shapes: each wire's adapter (`wires`)
+reads its API's request into a `Turn` and writes the body sent upstream, its relays decide what
+the client sees of the answer, and it says failures in its API's words. Here a request is
+routed to its wire; its history is put into its session (`history`) and rendered with the
+cascade — one turn of the session, so two requests of one session never interleave; the body
+goes upstream and the answer is relayed as it arrives (`relay`). What the context holds is the
+engine's decision. A prompt-too-long answer runs Tier 5 and retries once, with fewer bytes,
+before the client sees anything.
 
 What a request writes is held back until the upstream takes it (`Session.holding`): a request
 refused — by the proxy, or by the upstream — or one the upstream never answered leaves its
@@ -31,7 +33,7 @@ from aiohttp import web
 from yarl import URL
 
 from ..context.budget import make_budget, model_spec
-from ..context.decompose import Spec, from_anthropic
+from ..context.decompose import Spec
 from ..context.engine import RenderParams
 from ..context.errors import CannotFit, CompactdError, InvalidContent, StoreFailure
 from ..context.render.request import Rendered, RequestSpec
@@ -40,13 +42,11 @@ from ..context.session import Session
 from ..context.stores.interface import SESSION_ID_RE
 from ..context.summarizer.types import Steps
 from ..context.tiers.base import Outcome
-from ..context.tiers.reactive import Overflow, parse_overflow
+from ..context.tiers.reactive import Overflow
 from ..context.visibility import ViewOptions
 from ..service.app import App
 from ..service.compaction import cascade
 from ..service.stats import Recorder, RequestRow, Usage
-from . import anthropic as api
-from . import openai as oai
 from .history import PassThrough, chain, match, request_fingerprints, sorted_specs
 from .http import (
     HOP_BY_HOP,
@@ -55,22 +55,25 @@ from .http import (
     client_gone,
     read_whole,
     response_headers,
+    scrubbed,
 )
 from .page import Page
 from .recall import answer, as_note
-from .relay import (
-    FINISHED,
-    ClientStream,
-    Relay,
-    StreamedRelay,
-    WholeMessage,
-    mixed_recall_calls,
-    relay_answer,
-    scrubbed,
-    whole_answer,
-)
+from .relay import FINISHED, ClientStream, relay_answer, whole_answer
 from .stats import Ledger
-from .summarizer import AUTH_HEADERS, RELAYED_HEADERS, Credentials, credentials
+from .wire import (
+    Answer,
+    ApiError,
+    Credentials,
+    Incoming,
+    Route,
+    SessionKey,
+    Turn,
+    Wire,
+    invalid,
+    own_header,
+)
+from .wires import WIRES, secrets, wire_for_path
 
 log = logging.getLogger("compactd.proxy")
 
@@ -88,6 +91,7 @@ class ProxySettings:
     port: int = 8788
     anthropic_upstream: str = "https://api.anthropic.com"
     openai_upstream: str = "https://api.openai.com"
+    gemini_upstream: str = "https://generativelanguage.googleapis.com"
     window: int | None = None  # caps every request's window
     upstream_timeout_seconds: float = 600.0  # for the upstream's headers, and a whole answer
     upstream_idle_seconds: float = 300.0  # the longest silence of an answer once begun
@@ -105,6 +109,10 @@ class ProxySettings:
             return URL(self.anthropic_upstream).host == ANTHROPIC_API
         return self.context_editing == "server"
 
+    def upstream(self, wire: Wire) -> str:
+        """The base URL a wire's requests go to (its `<upstream>_upstream` setting)."""
+        return str(getattr(self, f"{wire.upstream}_upstream"))
+
 
 @attrs.frozen
 class Placed:
@@ -115,6 +123,25 @@ class Placed:
     branch: str
     recall: bool = False
     owner: object = attrs.field(factory=object, eq=False)
+
+
+@attrs.frozen
+class Exchange:
+    """One managed request on its way: its wire, the client's request, what it was read as,
+    where it was placed, compactd's render and the body sent for it."""
+
+    wire: Wire
+    request: web.Request
+    turn: Turn
+    placed: Placed
+    rendered: Rendered
+    outgoing: dict[str, Any]
+    headers: dict[str, str | None]
+
+    @property
+    def recall(self) -> bool:
+        """Whether `compactd_recall` is offered on this request (a wire may not, on a stream)."""
+        return self.placed.recall and self.turn.recall is not False
 
 
 class Proxy:
@@ -139,17 +166,10 @@ class Proxy:
             app.engine.store, lambda fn: app.work.run(None, fn), enabled=settings.stats
         )
         self.ledger = Ledger(app.engine, recorder)
-        self.page = Page(
-            app,
-            recorder,
-            health={
-                "service": "compactd proxy",
-                "store": app.engine.store.location,
-                "anthropicUpstream": settings.anthropic_upstream,
-                "openaiUpstream": settings.openai_upstream,
-                "window": settings.window,
-            },
-        )
+        health: dict[str, Any] = {"service": "compactd proxy", "store": app.engine.store.location}
+        for wire in WIRES:
+            health[f"{wire.upstream}Upstream"] = settings.upstream(wire)
+        self.page = Page(app, recorder, health={**health, "window": settings.window})
 
     # ---- the application ------------------------------------------------------------------
 
@@ -158,17 +178,34 @@ class Proxy:
             client_max_size=self.engine.limits.max_request_bytes,
             middlewares=[self._errors],
         )
-        web_app.router.add_post("/v1/messages", self.messages)
-        web_app.router.add_post("/v1/messages/count_tokens", self.count_tokens)
-        web_app.router.add_post("/v1/chat/completions", self.chat_completions)
-        web_app.router.add_post("/v1/responses", self.responses)
-        web_app.router.add_post("/v1/responses/compact", self.compact)
-        web_app.router.add_get("/v1/models", self.models)
-        web_app.router.add_get("/v1/models/{model}", self.models)
+        shared: dict[tuple[str, str], list[tuple[Wire, Route]]] = {}
+        for wire in WIRES:
+            for route in wire.routes():
+                shared.setdefault((route.method, route.path), []).append((wire, route))
+        for (method, path), offered in shared.items():
+            web_app.router.add_route(method, path, self._handler(offered))
         self.page.routes(web_app)  # the page at the root, its API, and /healthz
         web_app.router.add_route("*", "/{tail:.*}", self.unknown)
         web_app.on_cleanup.append(self._close)
         return web_app
+
+    def _handler(self, offered: list[tuple[Wire, Route]]) -> Callable[[web.Request], Any]:
+        """The handler of one path: the first wire that claims the request (a path two wires
+        share, a model list, goes by the client's headers), and its route's action."""
+        actions = {
+            "generate": self.generate,
+            "count": self.count,
+            "forward": self.forward,
+            "unmanaged": self.unmanaged,
+        }
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            wire, route = next(
+                ((w, r) for w, r in offered if w.claims(request.headers)), offered[-1]
+            )
+            return await actions[route.action](wire, route, request)
+
+        return handle
 
     async def _close(self, _app: web.Application) -> None:
         if self._http is not None:
@@ -187,32 +224,31 @@ class Proxy:
     async def _errors(
         self, request: web.Request, handler: Callable[[web.Request], Any]
     ) -> web.StreamResponse:
-        """Every refusal in the API's own error shape: the Anthropic one, or OpenAI's on its
-        paths; the upstream's own refusals as it sent them. No secret a request carries is in
-        any answer, log line or record (each is held for scrubbing before anything else). A
-        client that leaves is one INFO line, and its upstream request is cancelled with its
+        """Every refusal in the API's own error shape (the wire the path belongs to says it);
+        the upstream's own refusals as it sent them. No secret a request carries is in any
+        answer, log line or record (each is held for scrubbing before anything else). A client
+        that leaves is one INFO line, and its upstream request is cancelled with its
         handler."""
-        openai_path = oai.is_openai_path(request.path)
-        hold(*credentials(request.headers))
+        wire = wire_for_path(request.path)
+        hold(*secrets(request.headers, request.query))
         try:
             await self._read_body(request)
             return _scrubbed(await handler(request))
         except UpstreamRefusal as exc:
             return _scrubbed(web.Response(status=exc.status, body=exc.raw, headers=exc.headers))
-        except api.ApiError as exc:
-            return _scrubbed(error_response(exc, openai_path))
+        except ApiError as exc:
+            return _scrubbed(error_response(exc, wire))
         except web.HTTPRequestEntityTooLarge:
             return error_response(
-                api.ApiError(413, "request_too_large", "the request body is too large"),
-                openai_path,
+                ApiError(413, "request_too_large", "the request body is too large"), wire
             )
         except StoreFailure as exc:  # the proxy's trouble (a full disk, no descriptors left)
             log.warning("%s %s: the store failed: %s", request.method, request.path, exc)
-            failure = api.ApiError(500, "api_error", f"compactd's proxy could not keep it: {exc}")
-            return _scrubbed(error_response(failure, openai_path))
+            failure = ApiError(500, "api_error", f"compactd's proxy could not keep it: {exc}")
+            return _scrubbed(error_response(failure, wire))
         except CompactdError as exc:
             log.warning("refused a request: %s", exc)
-            return _scrubbed(error_response(api.invalid(str(exc)), openai_path))
+            return _scrubbed(error_response(invalid(str(exc)), wire))
         except asyncio.CancelledError:
             if client_gone(request):
                 _client_left(request)
@@ -227,12 +263,12 @@ class Proxy:
                 request.path,
                 type(exc).__name__,
             )
-            failure = api.ApiError(502, "api_error", "compactd's proxy lost the upstream")
-            return _after_failure(request, error_response(failure, openai_path))
+            failure = ApiError(502, "api_error", "compactd's proxy lost the upstream")
+            return _after_failure(request, error_response(failure, wire))
         except Exception:
             log.exception("the proxy failed on %s %s", request.method, request.path)
-            failure = api.ApiError(500, "api_error", "internal error in compactd's proxy")
-            return _after_failure(request, error_response(failure, openai_path))
+            failure = ApiError(500, "api_error", "internal error in compactd's proxy")
+            return _after_failure(request, error_response(failure, wire))
 
     async def _read_body(self, request: web.Request) -> None:
         """The request's body, whole, within the client timeout (a client that sends half a
@@ -244,86 +280,65 @@ class Proxy:
             async with asyncio.timeout(seconds):
                 await request.read()
         except TimeoutError:
-            raise api.ApiError(
+            raise ApiError(
                 408, "timeout_error", f"the request's body did not arrive within {seconds:g} s"
             ) from None
 
     # ---- routes ---------------------------------------------------------------------------
 
     async def unknown(self, request: web.Request) -> web.StreamResponse:
-        raise api.ApiError(
-            404, "not_found_error", f"compactd's proxy has no endpoint {request.path}"
-        )
+        raise ApiError(404, "not_found_error", f"compactd's proxy has no endpoint {request.path}")
 
-    async def models(self, request: web.Request) -> web.StreamResponse:
-        """The model list of the provider the request was written for (its headers say which:
-        `anthropic-version` and `x-api-key` are the Messages API's), so a key only ever goes to
-        the provider it belongs to."""
-        anthropic = api.is_anthropic_request(request.headers)
-        base = self.settings.anthropic_upstream if anthropic else self.settings.openai_upstream
-        async with self._send("GET", base, request, None, {}) as upstream:
+    async def forward(self, wire: Wire, route: Route, request: web.Request) -> web.StreamResponse:
+        """A request relayed as it is and counted nowhere (a model list), to the upstream of
+        the wire it was written for, so a key only ever goes to the provider it belongs to."""
+        body = await _json_body(request, wire) if request.can_read_body else None
+        async with self._send(wire, request, body, {}) as upstream:
             data = await read_whole(upstream, self.settings.upstream_idle_seconds)
             return web.Response(
                 status=upstream.status, body=data, headers=response_headers(upstream)
             )
 
-    async def compact(self, request: web.Request) -> web.StreamResponse:
-        """Codex's remote compaction (`POST /v1/responses/compact`): forwarded with the
-        client's key, its answer relayed. The compacted history the client sends next is
-        matched like any history the client rewrote."""
-        body = await _json_body(request)
-        log.info("relaying a remote compaction (%s)", _agent(request) or "a client")
-        return await self._plain(
-            request, body, "the client's own remote compaction", kind="remote compaction"
-        )
+    async def unmanaged(self, wire: Wire, route: Route, request: web.Request) -> web.StreamResponse:
+        """A request the proxy relays as the client sent it and counts under the route's kind
+        (Codex's remote compaction: the compacted history the client sends next is matched
+        like any history the client rewrote)."""
+        body = await _json_body(request, wire)
+        log.info("relaying %s (%s)", route.kind, _agent(request) or "a client")
+        return await self._plain(wire, request, body, route.reason, kind=route.kind)
 
-    async def messages(self, request: web.Request) -> web.StreamResponse:
-        body = await _json_body(request)
-        req = api.read_messages_request(body)
-        self.counts["requests"] += 1
-        await self.reachable(self.settings.anthropic_upstream)
+    async def generate(self, wire: Wire, route: Route, request: web.Request) -> web.StreamResponse:
+        """One conversation turn: read by its wire, placed and rendered, sent, relayed."""
+        body = await _json_body(request, wire)
         try:
-            placed, params, rendered = await self.place(
-                api.session_key(request.headers, body),
-                req.messages,
-                request,
-                req.model,
-                lambda branch: self._params(
-                    req.model,
-                    req.max_tokens,
-                    req.system,
-                    req.tools,
-                    req.cache_ttl,
-                    branch,
-                    "anthropic",
-                ),
-            )
+            turn = wire.read(_incoming(request, body))
         except PassThrough as why:
-            return await self._plain(request, body, why.reason, why.session_id)
+            return await self._plain(wire, request, body, why.reason, kind=why.kind)
+        self.counts["requests"] += 1
+        await self.reachable(self.settings.upstream(wire))
+        try:
+            placed, params, rendered = await self.place(wire, turn, request)
+        except PassThrough as why:
+            return await self._plain(wire, request, body, why.reason, why.session_id)
         notes = self._recalled.pop((placed.session_id, placed.branch), None)
-        outgoing = self._anthropic_body(req, rendered, notes)
+        recall = placed.recall and turn.recall is not False
+        outgoing = self._outgoing(wire, turn, rendered, recall, notes)
         for attempt in (0, 1):
-            headers = {
-                "anthropic-beta": api.merge_betas(
-                    request.headers.get("anthropic-beta"), rendered.headers.get("anthropic-beta")
-                )
-            }
+            headers = wire.headers(turn, request.headers, rendered)
             async with (
                 self._answer(placed) as settle,
-                self._send(
-                    "POST", self.settings.anthropic_upstream, request, outgoing, headers
-                ) as upstream,
+                self._send(wire, request, outgoing, headers) as upstream,
             ):
                 if upstream.status == 200:
                     await settle(200)
-                    relay = self._stream_anthropic if req.stream else self._json_anthropic
-                    return await relay(request, upstream, req, rendered, placed, outgoing, headers)
+                    exchange = Exchange(wire, request, turn, placed, rendered, outgoing, headers)
+                    return await self._relay(exchange, upstream)
                 data = await upstream.read()
-                overflow = _overflow(upstream.status, data)
+                overflow = wire.overflow(upstream.status, data)
                 if overflow is not None and attempt == 0:
                     retried = await self._rerender(placed, params, overflow)
                     if retried is not None:
-                        smaller = self._anthropic_body(req, retried, notes)
+                        smaller = self._outgoing(wire, turn, retried, recall, notes)
                         if self.smaller(smaller, outgoing, placed):
                             rendered, outgoing = retried, smaller
                             continue
@@ -334,30 +349,98 @@ class Proxy:
             )
         raise AssertionError("unreachable")
 
-    async def count_tokens(self, request: web.Request) -> web.StreamResponse:
+    def _outgoing(
+        self,
+        wire: Wire,
+        turn: Turn,
+        rendered: Rendered,
+        recall: bool,
+        notes: list[dict[str, Any]] | None,
+    ) -> dict[str, Any]:
+        """The body sent for `rendered`; with `--window`, the output limit at most the
+        budget's reserve."""
+        capped = self.settings.window is not None
+        reserve = rendered.budget.output_reserve if capped else None
+        return wire.outgoing(turn, rendered.request, recall=recall, notes=notes, reserve=reserve)
+
+    async def _relay(
+        self, exchange: Exchange, upstream: aiohttp.ClientResponse
+    ) -> web.StreamResponse:
+        """The upstream's answer to the client, recall rounds included (see `relay`); then
+        the recalls made beside the client's own calls answered for its next request, and
+        the usage recorded (a failed answer records nothing)."""
+        wire, request, placed = exchange.wire, exchange.request, exchange.placed
+        idle = self.settings.upstream_idle_seconds
+        relay: Answer
+        if exchange.turn.stream:
+            streamed = relay = wire.stream_relay(exchange.recall)
+            client = ClientStream(request, response_headers(upstream))
+            done = await relay_answer(
+                client,
+                streamed,
+                upstream,
+                exchange.outgoing,
+                lambda body, calls: self._follow_up(relay, placed, body, calls),
+                lambda body: self._send(wire, request, body, exchange.headers),
+                idle,
+            )
+            if done:
+                await self._keep_mixed(placed, relay.mixed_calls())
+            response: web.StreamResponse = await client.end()
+        else:
+            whole = relay = wire.whole_relay(exchange.recall)
+            await whole_answer(
+                whole,
+                upstream,
+                exchange.outgoing,
+                lambda body, calls: self._follow_up(relay, placed, body, calls),
+                lambda body: self._send(wire, request, body, exchange.headers),
+                idle,
+            )
+            done = True
+            await self._keep_mixed(placed, relay.mixed_calls())
+            response = web.json_response(
+                whole.answer(),
+                status=200,
+                dumps=_dumps,
+                headers=response_headers(upstream, json=True),
+            )
+        if done:  # a failed answer records nothing
+            first, *follow_ups = relay.rounds or [None]
+            for used in follow_ups:
+                self.followed_up(placed, exchange.turn.model, used)
+            await asyncio.shield(
+                self.report(
+                    placed,
+                    exchange.turn.model,
+                    exchange.rendered,
+                    relay.reported,
+                    relay.applied_edits,
+                    counted=first,
+                )
+            )
+        return response
+
+    async def _follow_up(
+        self, relay: Answer, placed: Placed, body: dict[str, Any], calls: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The request that answers the model's recall calls (in the wire's shapes)."""
+        return relay.follow_up(body, await self.answers(placed, calls))
+
+    async def count(self, wire: Wire, route: Route, request: web.Request) -> web.StreamResponse:
         """The upstream's count of what compactd would send next: the session's branch as it
         renders now, plus the request's messages the session does not hold yet. Nothing is
         written; a history the session does not know is counted as the client sent it."""
-        body = await _json_body(request)
-        if not isinstance(body, dict):
-            raise api.invalid("body: Input should be a valid dictionary")
+        body = await _json_body(request, wire)
+        turn = wire.read_count(_incoming(request, body))
         outgoing = body
-        messages = body.get("messages")
-        if isinstance(messages, list) and messages:
-            outgoing = await self._counted_body(api.session_key(request.headers, body), body)
-        async with self._send(
-            "POST", self.settings.anthropic_upstream, request, outgoing or body, {}
-        ) as upstream:
+        if turn is not None:
+            outgoing = await self._counted_body(wire, turn) or body
+        async with self._send(wire, request, outgoing, {}) as upstream:
             data = await read_whole(upstream, self.settings.upstream_idle_seconds)
             return web.Response(
                 status=upstream.status, body=data, headers=response_headers(upstream)
             )
-
-    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
-        return await oai.chat_completions(self, request)
-
-    async def responses(self, request: web.Request) -> web.StreamResponse:
-        return await oai.responses(self, request)
 
     async def reachable(self, base: str) -> None:
         """Refuse (502) before anything is kept when the upstream cannot be reached: a request
@@ -374,7 +457,7 @@ class Proxy:
             )
         except (OSError, TimeoutError) as exc:
             reason = getattr(exc, "strerror", None) or type(exc).__name__
-            raise api.ApiError(
+            raise ApiError(
                 502,
                 "api_error",
                 f"compactd's proxy could not reach the upstream at {base}: {reason}",
@@ -389,16 +472,7 @@ class Proxy:
     # ---- sessions ---------------------------------------------------------------------------
 
     async def place(
-        self,
-        key: api.SessionKey,
-        messages: list[dict[str, Any]],
-        request: web.Request,
-        model: str,
-        params_for: Callable[[str], RenderParams],
-        *,
-        decompose: Callable[[Any], list[Spec]] = from_anthropic,
-        config: dict[str, Any] | None = None,
-        wire: str = "anthropic",
+        self, wire: Wire, turn: Turn, request: web.Request
     ) -> tuple[Placed, RenderParams, Rendered]:
         """Put the request's history into its session — the new tail appended to the branch
         it extends, or to a branch forked where the client's history leaves the session's —
@@ -408,31 +482,32 @@ class Proxy:
         cascade cannot bring under its window is refused as the API refuses a prompt too long,
         and writes nothing."""
         try:
-            specs = sorted_specs(decompose(messages))
+            specs = sorted_specs(wire.decompose(turn.messages))
         except InvalidContent as exc:
             raise PassThrough(f"its history cannot be read as compactd stores it ({exc})") from None
         fingerprints: list[str] | None = None
-        if not key.named:  # the session is chosen by them (else they are made in its turn)
+        if not turn.key.named:  # the session is chosen by them (else they are made in its turn)
             fingerprints = await self.app.work.run(None, lambda: request_fingerprints(specs))
-        sid = await self._session_for(key, fingerprints or [])
-        upstream = (
-            self.settings.anthropic_upstream
-            if wire == "anthropic"
-            else self.settings.openai_upstream
+        sid = await self._session_for(turn.key, fingerprints or [])
+        self.credentials[sid] = Credentials(
+            wire.credentials(request.headers, request.query),
+            turn.model,
+            wire.name,
+            self.settings.upstream(wire),
         )
-        self.credentials[sid] = Credentials(_relayed(request.headers), model, wire, upstream)
         meta = {"source": "proxy", "client": _agent(request)}
         box: list[tuple[Placed, RenderParams]] = []
 
         def steps(session: Session) -> Steps[Outcome]:
             placed = self._keep(session, specs, fingerprints)
-            params = params_for(placed.branch)
+            params = self._params(wire, turn, placed.branch)
             box.append((placed, params))
             self.app.last_params[sid] = params
             return (yield from self._cascade(session, placed, params, None))
 
         try:
             if sid not in self.engine.sessions:
+                config = wire.session_config
                 await self.app.work.run(sid, lambda: self._open(sid, config, meta))
             outcome, _provider = await cascade(self.app, sid, steps, None)
         except PassThrough as why:
@@ -444,7 +519,7 @@ class Proxy:
             if isinstance(exc, CannotFit):
                 # the client gets its API's words (its agent compacts); the log, compactd's
                 log.warning("session %s: refused as too long: %s", sid, exc)
-                raise api.too_long(exc, wire) from None
+                raise wire.too_long(exc) from None
             raise
         placed, params = box[0]
         self.ledger.rendered(placed.session_id, placed.branch, outcome.events)
@@ -502,7 +577,7 @@ class Proxy:
             reported = overflow or self.engine.take_overflow(placed.session_id)
             return (yield from self.engine.cascade(placed.session_id, params, overflow=reported))
 
-    async def _session_for(self, key: api.SessionKey, fingerprints: list[str]) -> str:
+    async def _session_for(self, key: SessionKey, fingerprints: list[str]) -> str:
         """The session a request goes to: the one its client names; else, for a request that
         names none, one of the sessions its opening starts (`_keyless`), chosen one request at
         a time per opening and kept as that session's latest request before any other looks."""
@@ -517,7 +592,7 @@ class Proxy:
                     return sid
         return _session_id(key.value)
 
-    async def _known_session(self, key: api.SessionKey, fingerprints: list[str]) -> str | None:
+    async def _known_session(self, key: SessionKey, fingerprints: list[str]) -> str | None:
         """The session a request's history is in already, if any (nothing is made)."""
         if key.named:
             sid = _session_id(key.value)
@@ -531,7 +606,7 @@ class Proxy:
         return None
 
     async def _keyless(
-        self, key: api.SessionKey, links: list[str], fingerprints: list[str]
+        self, key: SessionKey, links: list[str], fingerprints: list[str]
     ) -> AsyncIterator[tuple[str, bool | None]]:
         """The sessions a conversation that names none may be in, with whether the request
         extends the conversation last placed there (None: no session has that id yet). Its
@@ -588,34 +663,26 @@ class Proxy:
 
         try:
             yield settle
-        except api.ApiError:
+        except ApiError:
             await self._settle(placed, None)
             raise
 
-    def _params(
-        self,
-        model: str,
-        max_tokens: int,
-        system: Any,
-        tools: list[dict[str, Any]] | None,
-        cache_ttl: str | None,
-        branch: str,
-        format: str,
-    ) -> RenderParams:
-        window = self.window_for(model)
-        default_reserve = make_budget(model, window).output_reserve
-        reserve = min(max_tokens, default_reserve) if max_tokens > 0 else default_reserve
+    def _params(self, wire: Wire, turn: Turn, branch: str) -> RenderParams:
+        window = self.window_for(turn.model)
+        default_reserve = make_budget(turn.model, window).output_reserve
+        asked = turn.max_output
+        reserve = min(asked, default_reserve) if asked > 0 else default_reserve
         spec = RequestSpec(
-            model=model,
+            model=turn.model,
             window=window,
             max_output_tokens=reserve,
-            system=system,
-            tools=tools,
-            format=format,
-            cache=format == "anthropic",
-            cache_ttl=cache_ttl,
-            recall=None,  # the session's `recall` (on in the proxy unless configured off)
-            server_edits=self.settings.server_edits,
+            system=turn.system,
+            tools=turn.tools,
+            format=wire.render_format,
+            cache=wire.cache,
+            cache_ttl=turn.cache_ttl,
+            recall=turn.recall,  # None: the session's (on in the proxy unless configured off)
+            server_edits=wire.server_edits and self.settings.server_edits,
         )
         return RenderParams(view=ViewOptions(branch=branch), spec=spec)
 
@@ -717,122 +784,13 @@ class Proxy:
         self.ledger.take(row)
 
     def wire_of(self, placed: Placed) -> str:
-        """The API the session's latest request came through (`anthropic`, `responses`, `chat`)."""
+        """The API the session's latest request came through (its wire's name)."""
         held = self.credentials.get(placed.session_id)
         return held.api if held is not None else "anthropic"
 
     def followed_up(self, placed: Placed, model: str, usage: Usage | None) -> None:
         """A request the proxy made itself to answer `compactd_recall`: compactd's call."""
         self.ledger.call(placed.session_id, "recall", model, self.wire_of(placed), usage)
-
-    # ---- Anthropic requests ---------------------------------------------------------------
-
-    def _anthropic_body(
-        self,
-        req: api.MessagesRequest,
-        rendered: Rendered,
-        notes: list[dict[str, Any]] | None,
-    ) -> dict[str, Any]:
-        capped = self.settings.window is not None
-        limit = rendered.budget.output_reserve if capped else None
-        body = api.upstream_body(
-            req, rendered.request, max_tokens=limit and min(req.max_tokens, limit)
-        )
-        if capped:
-            api.fit_thinking(body)
-        if notes:
-            body["messages"] = api.with_notes(body["messages"], notes)
-        return body
-
-    async def _stream_anthropic(
-        self,
-        request: web.Request,
-        upstream: aiohttp.ClientResponse,
-        req: api.MessagesRequest,
-        rendered: Rendered,
-        placed: Placed,
-        outgoing: dict[str, Any],
-        headers: dict[str, str | None],
-    ) -> web.StreamResponse:
-        relay = Relay(recall=placed.recall)
-        client = ClientStream(request, response_headers(upstream))
-        done = await relay_answer(
-            client,
-            relay,
-            upstream,
-            outgoing,
-            lambda body, calls: self._follow_up(body, relay.assembly.content, placed, calls),
-            lambda body: self._send(
-                "POST", self.settings.anthropic_upstream, request, body, headers
-            ),
-            self.settings.upstream_idle_seconds,
-        )
-        if done:
-            await self._keep_mixed(placed, relay.assembly.content, relay.recall)
-        response = await client.end()
-        if done:  # a failed answer records nothing
-            for usage in relay.follow_up_usages:
-                self.followed_up(placed, req.model, api.counted(usage))
-            first = relay.reported
-            applied = (first.context_management or {}).get("applied_edits")
-            counted = api.counted(first.usage)
-            await asyncio.shield(
-                self.report(placed, req.model, rendered, first.usage, applied, counted=counted)
-            )
-        return response
-
-    async def _json_anthropic(
-        self,
-        request: web.Request,
-        upstream: aiohttp.ClientResponse,
-        req: api.MessagesRequest,
-        rendered: Rendered,
-        placed: Placed,
-        outgoing: dict[str, Any],
-        headers: dict[str, str | None],
-    ) -> web.StreamResponse:
-        whole = WholeMessage(recall=placed.recall)
-        await whole_answer(
-            whole,
-            upstream,
-            outgoing,
-            lambda body, calls: self._follow_up(
-                body, whole.latest.get("content") or [], placed, calls
-            ),
-            lambda body: self._send(
-                "POST", self.settings.anthropic_upstream, request, body, headers
-            ),
-            self.settings.upstream_idle_seconds,
-        )
-        await self._keep_mixed(placed, whole.content, whole.recall)
-        for usage in whole.usages[1:]:
-            self.followed_up(placed, req.model, api.counted(usage))
-        applied = (whole.first.get("context_management") or {}).get("applied_edits")
-        usage = whole.first.get("usage")
-        counted = api.counted(usage)
-        await asyncio.shield(
-            self.report(placed, req.model, rendered, usage, applied, counted=counted)
-        )
-        return web.json_response(
-            whole.answer(), status=200, dumps=_dumps, headers=response_headers(upstream, json=True)
-        )
-
-    async def _follow_up(
-        self,
-        body: dict[str, Any],
-        content: list[dict[str, Any]],
-        placed: Placed,
-        calls: list[dict[str, Any]],
-    ) -> dict[str, Any]:
-        """The request that answers the model's recall calls: the one just sent, its answer,
-        and the results (neither reaches the client nor the session)."""
-        results = await self.answers(placed, calls)
-        messages = [
-            *body["messages"],
-            {"role": "assistant", "content": content},
-            {"role": "user", "content": results},
-        ]
-        return {**body, "messages": messages}
 
     async def answers(self, placed: Placed, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The results of the model's recall calls, read in the session's turn."""
@@ -846,26 +804,20 @@ class Proxy:
             sid, lambda _session: [answer(self.engine, sid, branch, c) for c in calls]
         )
 
-    async def _keep_mixed(
-        self, placed: Placed, content: list[dict[str, Any]], recall: bool
-    ) -> None:
+    async def _keep_mixed(self, placed: Placed, calls: list[dict[str, Any]]) -> None:
         """Answer the recall calls made beside the client's own, for the next request."""
-        calls = mixed_recall_calls(content, recall)
         if calls:
             results = await self.answers(placed, calls)
             notes = [as_note(c, r) for c, r in zip(calls, results, strict=True)]
             self._recalled[(placed.session_id, placed.branch)] = notes
 
-    async def _counted_body(
-        self, key: api.SessionKey, body: dict[str, Any]
-    ) -> dict[str, Any] | None:
+    async def _counted_body(self, wire: Wire, turn: Turn) -> dict[str, Any] | None:
         try:
-            req = api.read_messages_request({**body, "max_tokens": body.get("max_tokens", 1)})
-            specs = sorted_specs(from_anthropic(req.messages))
-        except (api.ApiError, InvalidContent):
+            specs = sorted_specs(wire.decompose(turn.messages))
+        except InvalidContent:
             return None
         fingerprints = await self.app.work.run(None, lambda: request_fingerprints(specs))
-        sid = await self._known_session(key, fingerprints)
+        sid = await self._known_session(turn.key, fingerprints)
         if sid is None:
             return None
 
@@ -873,36 +825,35 @@ class Proxy:
             found = match(session.graph, fingerprints, self._branch.get(sid))
             if not found.extends:
                 return None
-            params = self._params(
-                req.model, 1, req.system, req.tools, req.cache_ttl, found.branch, "anthropic"
-            )
+            params = self._params(wire, attrs.evolve(turn, max_output=1), found.branch)
             return self.engine.render(sid, params, remember=False), found.shared
 
         got = await self.app.run(sid, render)  # off the loop, in the session's turn
         if got is None:
             return None
         rendered, shared = got
-        tail = req.messages[_message_count(req.messages, specs, shared) :]
-        counted = {**body, "messages": [*rendered.request["messages"], *tail]}
-        if "system" in rendered.request:
-            counted["system"] = rendered.request["system"]
-        return api.strip_cache_control(counted)
+        tail = turn.messages[_message_count(wire, turn.messages, shared) :]
+        return wire.counted_body(turn, rendered.request, tail)
 
     # ---- upstream ---------------------------------------------------------------------------
 
     def _send(
         self,
-        method: str,
-        base: str,
+        wire: Wire,
         request: web.Request,
         body: Any,
         override: dict[str, str | None],
     ) -> Any:
-        """One upstream request: the client's headers (its credentials among them, and only
-        ever sent here) with `override` applied, the body as JSON."""
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
-        if base != self.settings.anthropic_upstream:  # the Messages API's key stays with it
-            headers = {k: v for k, v in headers.items() if not _anthropic_only(k)}
+        """One upstream request to the wire's upstream: the client's headers (its credentials
+        among them; a header another wire owns, such as another provider's key, is never sent
+        here) with `override` applied, the body as JSON."""
+        base = self.settings.upstream(wire)
+        foreign = tuple(h for w in WIRES if w.upstream != wire.upstream for h in w.own_headers)
+        headers = {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() not in HOP_BY_HOP and not own_header(k, foreign)
+        }
         for name, value in override.items():
             headers = {k: v for k, v in headers.items() if k.lower() != name}
             if value is not None:
@@ -913,10 +864,11 @@ class Proxy:
         if body is not None:
             headers["content-type"] = "application/json"
             data = orjson.dumps(body)
-        return Upstream(self.http, method, url, headers, data, lambda: self.answered(base))
+        return Upstream(self.http, request.method, url, headers, data, lambda: self.answered(base))
 
     async def _plain(
         self,
+        wire: Wire,
         request: web.Request,
         body: Any,
         reason: str,
@@ -935,13 +887,10 @@ class Proxy:
             session_id or "(none)",
             reason,
         )
-        openai_path = oai.is_openai_path(request.path)
-        base = self.settings.openai_upstream if openai_path else self.settings.anthropic_upstream
-        async with self._send("POST", base, request, body, {}) as upstream:
-            await self._count_passthrough(request, body, reason, kind, session_id)
-            relay = _stream_relay(request.path)
+        async with self._send(wire, request, body, {}) as upstream:
+            await self._count_passthrough(wire, request, body, reason, kind, session_id)
             streamed = upstream.content_type == "text/event-stream"
-            if upstream.status != 200 or not streamed or relay is None:
+            if upstream.status != 200 or not streamed:
                 data = await read_whole(upstream, self.settings.upstream_idle_seconds)
                 return web.Response(
                     status=upstream.status, body=data, headers=response_headers(upstream)
@@ -949,17 +898,23 @@ class Proxy:
             client = ClientStream(request, response_headers(upstream))
             await relay_answer(
                 client,
-                relay,
+                wire.stream_relay(recall=False),
                 upstream,
                 body,
                 _no_follow_up,  # no recall is offered
-                lambda body: self._send("POST", base, request, body, {}),
+                lambda body: self._send(wire, request, body, {}),
                 self.settings.upstream_idle_seconds,
             )
             return await client.end()
 
     async def _count_passthrough(
-        self, request: web.Request, body: Any, reason: str, kind: str, sid: str | None
+        self,
+        wire: Wire,
+        request: web.Request,
+        body: Any,
+        reason: str,
+        kind: str,
+        sid: str | None,
     ) -> None:
         """A request sent unmanaged: on its session (with why) and in the request log."""
         if sid is not None and (
@@ -970,32 +925,17 @@ class Proxy:
                 await self.app.run(sid, lambda _s: self.engine.record_passthrough(sid, reason))
             except CompactdError as exc:
                 log.warning("session %s: the pass-through was not counted: %s", sid, exc)
-        path = request.path
-        wire = "anthropic"
-        if oai.is_openai_path(path):
-            wire = "chat" if "chat" in path else "responses"
         model = body.get("model") if isinstance(body, dict) else None
-        self.ledger.passed(sid, _agent(request), wire, model, kind)
+        model = model or request.match_info.get("model")
+        self.ledger.passed(sid, _agent(request), wire.name, model, kind)
 
 
 async def _no_follow_up(body: dict[str, Any], _calls: list[dict[str, Any]]) -> dict[str, Any]:
     return body
 
 
-def _stream_relay(path: str) -> StreamedRelay | None:
-    """The relay of a stream the proxy does not manage, by its wire (recall off)."""
-    if path.startswith("/v1/messages"):
-        return Relay(recall=False)
-    if path.startswith("/v1/chat/completions"):
-        return oai.ChatStream(recall=False)
-    if path.startswith("/v1/responses"):
-        return oai.ResponsesStream(recall=False)
-    return None
-
-
-def _anthropic_only(header: str) -> bool:
-    name = header.lower()
-    return name == "x-api-key" or name.startswith("anthropic-")
+def _incoming(request: web.Request, body: Any) -> Incoming:
+    return Incoming(body, request.headers, request.match_info, request.query)
 
 
 def _client_left(request: web.Request) -> None:
@@ -1030,9 +970,8 @@ def _after_failure(request: web.Request, response: web.Response) -> web.StreamRe
     return response
 
 
-def error_response(exc: api.ApiError, openai_path: bool) -> web.Response:
-    body = oai.error_body(exc) if openai_path else exc.body()
-    return web.json_response(body, status=exc.status, dumps=_dumps)
+def error_response(exc: ApiError, wire: Wire) -> web.Response:
+    return web.json_response(wire.error_body(exc), status=exc.status, dumps=_dumps)
 
 
 def _int(value: Any) -> int:
@@ -1043,32 +982,16 @@ def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-async def _json_body(request: web.Request) -> Any:
+async def _json_body(request: web.Request, wire: Wire) -> Any:
     raw = await request.read()  # read whole first: a client still sending gets the answer
-    api.check_content_type(request.headers.get("content-type"), "anthropic")
+    wire.check_content_type(request.headers.get("content-type"))
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        raise api.invalid(
-            "There was an error parsing the body of your request: invalid JSON"
-        ) from None
-
-
-def _overflow(status: int, data: bytes) -> Any:
-    try:
-        error = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    message = ""
-    if isinstance(error, dict):
-        inner = error.get("error")
-        if isinstance(inner, dict):
-            message = str(inner.get("message") or "")
-    return parse_overflow(status, message)
+        raise wire.not_json() from None
 
 
 _AGENT_UNSAFE = re.compile(r"[^A-Za-z0-9_./-]")
-"""Where a request's session id is kept on the request, once known (for its stats row)."""
 
 
 def _session_id(key: str) -> str:
@@ -1088,25 +1011,18 @@ def _fork_name(branches: dict[str, Any]) -> str:
     return f"fork-{n}"
 
 
-def _relayed(headers: Any) -> dict[str, str]:
-    """The headers a summary through the upstream needs: the credentials and the version."""
-    return {
-        k.lower(): v for k, v in headers.items() if k.lower() in (*AUTH_HEADERS, *RELAYED_HEADERS)
-    }
-
-
 def _agent(request: web.Request) -> str:
     """The client, by its user agent's first product (`claude-cli/2.1.5`, `codex_exec/0.171`)."""
     product = request.headers.get("user-agent", "").split(" ", 1)[0][:60]
     return _AGENT_UNSAFE.sub("", product)
 
 
-def _message_count(messages: list[dict[str, Any]], specs: list[Spec], shared: int) -> int:
+def _message_count(wire: Wire, messages: list[dict[str, Any]], shared: int) -> int:
     """How many whole messages the first `shared` specs cover."""
     covered = 0
     total = 0
     for i, message in enumerate(messages):
-        total += len(from_anthropic([message]))
+        total += len(wire.decompose([message]))
         if total <= shared:
             covered = i + 1
     return covered

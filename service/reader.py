@@ -71,6 +71,21 @@ def assumptions(p: t.RenderParams, budget: Budget) -> list[str]:
     return []
 
 
+def panel_fields(tokens: dict[str, Any]) -> dict[str, Any]:
+    """A rendered request's counts (`Rendered.tokens()`, or the proxy's record of one it sent)
+    as the fields a context panel shows, by their wire types' names."""
+    return {
+        "total": int(tokens.get("total") or 0),
+        "window": int(tokens.get("window") or 0),
+        "limit": int(tokens.get("limit") or 0),
+        "free": int(tokens.get("free") or 0),
+        "output_reserve": int(tokens.get("outputReserve") or 0),
+        "categories": dict(tokens.get("categories") or {}),
+        "turns": int(tokens.get("turns") or 0),
+        "turns_shown": int(tokens.get("turnsShown") or 0),
+    }
+
+
 def sent_request(sent: dict[str, Any] | None) -> t.SentRequest | None:
     """The last request as the proxy recorded it (`Engine.last_sent`), typed."""
     if sent is None:
@@ -78,15 +93,8 @@ def sent_request(sent: dict[str, Any] | None) -> t.SentRequest | None:
     return t.SentRequest(
         at=float(sent.get("at") or 0.0),
         model=sent.get("model"),
-        total=int(sent.get("total") or 0),
         reported=sent.get("reported"),
-        window=int(sent.get("window") or 0),
-        limit=int(sent.get("limit") or 0),
-        output_reserve=int(sent.get("outputReserve") or 0),
-        free=int(sent.get("free") or 0),
-        categories=dict(sent.get("categories") or {}),
-        turns=int(sent.get("turns") or 0),
-        turns_shown=int(sent.get("turnsShown") or 0),
+        **panel_fields(sent),
     )
 
 
@@ -144,16 +152,9 @@ def measure(engine: Engine, session: Session, p: t.RenderParams) -> t.MeasureRes
     rendered = engine.render(session.id, engine_params(p), remember=False)
     tokens = rendered.tokens()
     return t.MeasureResult(
-        total=tokens["total"],
-        window=tokens["window"],
-        limit=tokens["limit"],
-        free=tokens["free"],
-        output_reserve=tokens["outputReserve"],
-        categories=tokens["categories"],
+        **panel_fields(tokens),
         threshold=int(engine.policy(session).cascade_threshold * tokens["limit"]),
         advice=engine.measure_advice(session, rendered),
-        turns=tokens["turns"],
-        turns_shown=tokens["turnsShown"],
         warnings=assumptions(p, rendered.budget),
         sent=sent_request(engine.last_sent(session.id)),
     )

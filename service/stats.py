@@ -20,13 +20,12 @@ the figure unknown, and says which.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -34,6 +33,9 @@ from ..context.errors import CompactdError
 from ..context.prices import price_of, usd
 from ..context.replay.cache_model import OUTPUT, READ, TTL_SECONDS, WRITE_5M
 from ..context.stores import SessionStore
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger("compactd.stats")
 
@@ -512,6 +514,8 @@ class Recorder:
     @property
     def lock(self) -> asyncio.Lock:
         if self._lock is None:
+            import asyncio  # here: a listing reads the sums, and loads no event loop
+
             self._lock = asyncio.Lock()
         return self._lock
 
@@ -529,6 +533,8 @@ class Recorder:
             except Exception:
                 log.exception("a stats listener failed")
         if self._flushing is None or self._flushing.done():
+            import asyncio
+
             self._flushing = asyncio.ensure_future(self._flush())
 
     async def _flush(self) -> None:
@@ -542,6 +548,8 @@ class Recorder:
 
     async def drain(self) -> None:
         """Every row taken so far is written (at shutdown, or before a test reads them)."""
+        import asyncio
+
         while self._flushing is not None and not self._flushing.done():
             await asyncio.shield(self._flushing)
 

@@ -5,11 +5,15 @@ target holds a prefix of gets the rest appended, and one that differs is refused
 written to it). Every copied session is read back from the target and verified by event count
 and a SHA-256 over its events, so a migration that reports success has lost nothing.
 Only good events are copied: a torn tail or a bad line of a file log is reported, not carried.
+The request log (what `compactd stats` sums) goes along: each row the target does not hold yet,
+in the source's order, so a rerun copies only rows written since.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -35,6 +39,7 @@ class Copied:
 @attrs.define
 class MigrationReport:
     sessions: list[Copied] = attrs.field(factory=list)
+    requests: int = 0  # rows of the request log copied (not those the target held)
 
     @property
     def ok(self) -> bool:
@@ -60,7 +65,25 @@ def migrate(
         report.sessions.append(done)
         if progress is not None:
             progress(done)
+    report.requests = _copy_requests(source, target)
     return report
+
+
+def _copy_requests(source: Any, target: Any) -> int:
+    """The source's request-log rows the target does not hold (compared whole), appended in
+    the source's order; how many."""
+    key = functools.partial(orjson.dumps, option=orjson.OPT_SORT_KEYS)
+    held = Counter(key(row) for row in target.read_requests())
+    rows = []
+    for row in source.read_requests():
+        k = key(row)
+        if held[k]:
+            held[k] -= 1
+        else:
+            rows.append(row)
+    if rows:
+        target.log_requests(rows)
+    return len(rows)
 
 
 def _copy(source: Any, target: Any, sid: str) -> Copied:

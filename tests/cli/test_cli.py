@@ -281,6 +281,7 @@ def test_sessions_and_context_answer_as_a_daemon_does_without_starting_one(
 def test_context_by_prefix(cli: Cli, session: str) -> None:
     assert "tokens" in cli("context", session[:8], "--window", "200000").stdout
     assert "no session" in cli("context", "zzzz", code=2).stderr
+    cli("import", str(SMALL), "--new")  # a second session, whichever tests ran before
     assert "give more of the id" in cli("context", "", code=2).stderr  # every id starts so
 
 

@@ -84,7 +84,7 @@ def _valid(body: Any, path: str) -> bool:
     """Whether a fuzzed body happens to be a request the proxy would take (then skipped)."""
     from compactd.context.decompose import from_anthropic, from_openai
     from compactd.proxy.anthropic import ApiError, read_messages_request
-    from compactd.proxy.openai import _chat_system_turn
+    from compactd.proxy.chat import system_turn
 
     try:
         if path.startswith("/v1/messages"):
@@ -104,7 +104,7 @@ def _valid(body: Any, path: str) -> bool:
             ):
                 return True  # nothing to keep: sent on as the client wrote it
             # past the leading ones, a system or developer message is a turn of the
-            # conversation, as the proxy places it (`_chat_system_turn`)
+            # conversation, as the proxy places it (`chat.system_turn`)
             start = 0
             while (
                 start < len(messages)
@@ -112,7 +112,7 @@ def _valid(body: Any, path: str) -> bool:
                 and messages[start].get("role") in ("system", "developer")
             ):
                 start += 1
-            return bool(from_openai([_chat_system_turn(m) for m in messages[start:]]))
+            return bool(from_openai([system_turn(m) for m in messages[start:]]))
         return (
             isinstance(body, dict)
             and isinstance(body.get("model"), str)

@@ -10,6 +10,7 @@ import orjson
 import pytest
 from compactd.context.decompose import from_anthropic
 from compactd.proxy import gemini
+from compactd.proxy.wire import ApiError
 
 from tests.support.fake_gemini import request_error, signature_of
 
@@ -129,9 +130,9 @@ def test_what_goes_back_holds_the_apis_pairing_rules() -> None:
 def test_a_broken_history_is_refused_in_the_apis_words(
     contents: list[dict[str, Any]], words: str
 ) -> None:
-    with pytest.raises(gemini.GeminiError) as caught:
+    with pytest.raises(ApiError) as caught:
         gemini.contents_to_messages(contents)
-    body = caught.value.body()
+    body = gemini.error_body(caught.value)
     assert body["error"]["code"] == 400
     assert body["error"]["status"] == "INVALID_ARGUMENT"
     assert words in body["error"]["message"]
@@ -167,3 +168,15 @@ def test_a_shortened_call_keeps_its_signature_and_id() -> None:
     assert part["functionCall"]["args"] == {"command": "[shortened]"}
     assert part["functionCall"]["id"] == "run_shell_command_1_0"
     assert part["thoughtSignature"] == SIGNATURE
+
+
+def test_a_response_sent_twice_on_resume_is_kept_once() -> None:
+    """Gemini CLI's `--resume` sends each function response twice, with the call's id (the
+    copies may differ): the API pairs by count and would refuse it; compactd sends the first."""
+    contents = conversation()[:3]
+    again = {"functionResponse": {**contents[2]["parts"][0]["functionResponse"], "response": {}}}
+    contents[2] = {"role": "user", "parts": [*contents[2]["parts"], again]}
+    assert request_error({"contents": contents}, {SIGNATURE}) is not None
+    sent = gemini.messages_to_contents(gemini.contents_to_messages(contents))
+    assert sent == conversation()[:3]
+    assert request_error({"contents": sent}, {SIGNATURE}) is None

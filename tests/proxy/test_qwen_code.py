@@ -16,14 +16,12 @@ all. Then the same with `qwen --resume` of that session.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.agent_runs import both_ways, chat_tally
+from tests.support.agent_runs import both_ways, chat_tally, headless
 from tests.support.fake_openai import FakeOpenAIProcess
 from tests.support.proxy import ProxyProcess
 
@@ -64,30 +62,14 @@ def qwen(told_window: bool) -> Any:
         (home / ".qwen" / "settings.json").write_text(json.dumps(settings(told_window=told_window)))
         *options, prompt = args
         env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(home),
             "OPENAI_API_KEY": API_KEY,
             "OPENAI_BASE_URL": f"{base_url}/v1",
             "OPENAI_MODEL": MODEL,
             "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1",
         }
-        output = home / "qwen-output.json"  # a file: node cuts a large write to a pipe at exit
         command = [str(QWEN), *options, "-p", prompt, "--approval-mode", "yolo"]
-        with output.open("w") as sink:
-            done = subprocess.run(
-                [*command, "--output-format", "json"],
-                cwd=workdir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=sink,
-                stderr=subprocess.PIPE,
-                text=True,
-                timeout=600,
-            )
-        try:
-            events = json.loads(output.read_text())
-        except json.JSONDecodeError:
-            events = []
+        printed, done = headless([*command, "--output-format", "json"], env, workdir, home, 600)
+        events = printed if isinstance(printed, list) else []
         result = next((e for e in events if e.get("type") == "result"), {})
         return {
             "session": next((e.get("session_id") for e in events if e.get("session_id")), None),

@@ -41,9 +41,12 @@ def files(tmp_path: Path) -> Engine:
 
 def test_files_to_postgres_and_back(files: Engine, pg_url: str, tmp_path: Path) -> None:
     pg = open_store(pg_url, None)
+    rows = [{"at": 1.0 + i, "sessionId": "short", "kind": "request", "n": i} for i in range(3)]
+    files.store.log_requests(rows)
     try:
         first = migrate(files.store, pg)
         assert first.ok
+        assert first.requests == 3 and pg.read_requests() == rows  # what `stats` sums goes too
         assert {c.action for c in first.sessions} == {"copied"}
         assert sorted(pg.list_sessions()) == files.list()
         for sid in files.list():
@@ -58,6 +61,7 @@ def test_files_to_postgres_and_back(files: Engine, pg_url: str, tmp_path: Path) 
         # a second run writes nothing
         again = migrate(files.store, pg)
         assert {c.action for c in again.sessions} == {"present"}
+        assert again.requests == 0 and len(pg.read_requests()) == 3
 
         # more appended to the files: a rerun appends the rest
         files.append("short", messages=[user("and more")])
@@ -67,8 +71,11 @@ def test_files_to_postgres_and_back(files: Engine, pg_url: str, tmp_path: Path) 
 
         # and back into an empty data dir
         back = FileStore(tmp_path / "back")
+        files.store.log_requests([{"at": 9.0, "sessionId": "short", "kind": "request", "n": 9}])
+        assert migrate(files.store, pg).requests == 1  # only the row written since
         home = migrate(pg, back)
         assert home.ok and {c.action for c in home.sessions} == {"copied"}
+        assert back.read_requests() == files.store.read_requests()
         for sid in files.list():
             assert _events(back, sid) == _events(files.store, sid)
     finally:

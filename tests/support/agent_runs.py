@@ -60,9 +60,41 @@ def both_ways(
     for way in ("direct", "proxy"):  # the figures the README quotes (`pytest -s`)
         for run in ("first", "resumed"):
             seen = out[way][f"{run}_seen"]
-            keys = ("requests", "rejected", "agent_compactions", "largest", "input_tokens")
+            keys = (
+                "requests",
+                "rejected",
+                "agent_compactions",
+                "largest",
+                "input_tokens",
+                "cached_tokens",
+            )
             print(f"{name} {way} {run}:", {k: seen[k] for k in keys if k in seen})
     return out
+
+
+def headless(
+    command: list[str], env: dict[str, str], workdir: Path, home: Path, timeout: float
+) -> tuple[Any, subprocess.CompletedProcess[str]]:
+    """One headless run of an agent CLI that prints its result as JSON: the JSON (None when it
+    printed none) and the finished process (its stderr says why). The output goes to a file:
+    node cuts a large write to a pipe at exit."""
+    output = home / "agent-output.json"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), **env}
+    with output.open("w") as sink:
+        done = subprocess.run(
+            command,
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=timeout,
+        )
+    try:
+        return json.loads(output.read_text()), done
+    except json.JSONDecodeError:
+        return None, done
 
 
 def _chat_text(message: dict[str, Any]) -> str:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from . import faults
 from .fake_openai import FakeProcess
 from .scripted_agent import AGENT_SUMMARY_MARKERS, PROGRESS, progress_tag
 
@@ -51,6 +52,9 @@ ROUTE = re.compile(r"^/(?P<version>v1beta|v1|v1alpha)/models/(?P<model>[^/:]+):(
 STEP = re.compile(r"run (?P<run>[0-9a-f]{8}) step (?P<step>\d{4})")
 SHELL_TOOLS = ("run_shell_command", "shell", "bash")
 IMAGE_TOKENS = 258
+DUMMY_SIGNATURES = ("skip_thought_signature_validator", "context_engineering_is_the_way_to_go")
+"""What the API documents as a signature for a call it did not sign (a history from elsewhere):
+taken, the model told nothing of its thoughts."""
 CONTENT_TYPE = "google.ai.generativelanguage.v1beta.Content"
 STATUS = {
     400: "INVALID_ARGUMENT",
@@ -121,6 +125,16 @@ def _is_prompt(content: dict[str, Any]) -> bool:
     return content.get("role") == "user" and not _responses(content)
 
 
+def _signed(part: dict[str, Any], signature: str, issued: set[str]) -> bool:
+    """A signature this fake issued: in this process, or (the API's are verifiable without
+    state: a resumed session's come from an earlier one) the scripted model's own for the
+    call's run and step."""
+    if signature in issued or signature in DUMMY_SIGNATURES:
+        return True
+    found = STEP.search(json.dumps(part["functionCall"].get("args") or {}))
+    return found is not None and signature == signature_of(found["run"], int(found["step"]))
+
+
 def request_error(body: Any, issued: set[str]) -> str | None:
     """The first thing in `body` the API refuses, in its words; None when it takes it."""
     if not isinstance(body, dict):
@@ -155,7 +169,7 @@ def request_error(body: Any, issued: set[str]) -> str | None:
             return RESPONSE_AFTER
         for position, part in enumerate(calls):
             signature = part.get("thoughtSignature")
-            if signature is not None and signature not in issued:
+            if signature is not None and not _signed(part, signature, issued):
                 return "Corrupted thought signature."
             first = position == 0
             if signature is None and first and i > last_prompt and STEP.search(json.dumps(part)):
@@ -313,6 +327,10 @@ class FakeGemini:
         self.previous: dict[str, list[str]] = {}  # model -> the latest prompt's parts, as JSON
         self.lock = threading.Lock()
         self.ids = itertools.count(1)
+        # set by a test that must see a stream break after its client has its first chunk:
+        # the reset waits for it (one noticed before the proxy relayed the first chunk would
+        # be a failure before the first byte instead)
+        self.fault_gate: threading.Event | None = None
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -345,6 +363,11 @@ class FakeGemini:
             self.queue.append(item)
         if "context_window" in script:
             self.context_window = script["context_window"]
+
+    def requests(self) -> list[dict[str, Any]]:
+        """What the fake was sent, in order (its status, and the prompt in its count)."""
+        with self.lock:
+            return list(self.records)
 
     def handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
         length = int(h.headers.get("content-length") or 0)
@@ -510,7 +533,7 @@ class FakeGemini:
     def stream(self, h: BaseHTTPRequestHandler, response: dict[str, Any], *, cut: bool) -> None:
         """The answer as SSE: the text in two pieces, every other part in a chunk of its own,
         `finishReason` and the usage on the last chunk (`cut`: the connection drops after the
-        first chunk, as a network does)."""
+        first chunk, with an RST, as a network does)."""
         candidate = response["candidates"][0]
         common = {"modelVersion": response["modelVersion"], "responseId": response["responseId"]}
         chunks: list[list[dict[str, Any]]] = []
@@ -550,8 +573,10 @@ class FakeGemini:
             h.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
             h.wfile.flush()
             if cut:
+                if self.fault_gate is not None:
+                    self.fault_gate.wait(120)  # a hang detector, not a time to wait
+                faults.reset(h.connection)
                 h.close_connection = True
-                h.connection.shutdown(socket.SHUT_RDWR)
                 return
         h.wfile.write(b"0\r\n\r\n")
         h.wfile.flush()

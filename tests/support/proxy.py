@@ -29,6 +29,7 @@ class ProxyProcess:
         *,
         anthropic: str | None = None,
         openai: str | None = None,
+        gemini: str | None = None,
         window: int | None = None,
         args: Sequence[str] = (),
         env: dict[str, str] | None = None,
@@ -40,6 +41,8 @@ class ProxyProcess:
             command += ["--anthropic-upstream", anthropic]
         if openai:
             command += ["--openai-upstream", openai]
+        if gemini:
+            command += ["--gemini-upstream", gemini]
         if window is not None:
             command += ["--window", str(window)]
         self.command = [*command, *args]
