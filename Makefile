@@ -60,7 +60,7 @@ test: $(STAMP) $(AGENTS) $(AIDER) browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mkdocs build --strict --site-dir .site
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 	COMPACTD_TEST_STORE=postgres $(BIN)/python -m pytest -q tests/daemon
 	@if [ -d clients/node ]; then $(MAKE) --no-print-directory node-test; fi
 
