@@ -22,12 +22,26 @@ run: $(STAMP)
 	@rm -rf $(RUN_DATA) && mkdir -p $(RUN_DATA)
 	COMPACTD_DATA_DIR=$(RUN_DATA) COMPACTD_SUMMARY_PROVIDER=digest $(BIN)/compactd demo tests/data/transcripts/claude-code/64da7265-8f07-4967-b79f-0ae374c13330.jsonl
 
-## the real agent CLIs the proxy's tests drive (Claude Code, Codex), pinned in tests/agents
+## the real agent CLIs the proxy's tests drive, pinned in tests/agents: the npm ones (Claude Code,
+## Codex, Gemini CLI, opencode, Qwen Code) from the lock as it stands — `npm install --no-save`, not
+## `npm ci`: the registry reached here serves only the Linux builds of opencode's and its
+## clipboard's platform packages, so the lock lists only those, and `npm ci` refuses a lock without
+## every platform's optional package
 AGENTS := tests/agents/node_modules/.package-lock.json
 $(AGENTS): tests/agents/package.json tests/agents/package-lock.json
-	cd tests/agents && npm ci --no-audit --no-fund --loglevel=error
+	cd tests/agents && npm install --no-save --no-audit --no-fund --loglevel=error
+	touch $@
 
-agents: $(AGENTS)
+## aider (PyPI `aider-chat`, which pins a hundred packages of its own) in a virtualenv of its own
+AIDER_VENV := tests/agents/aider-venv
+AIDER := $(AIDER_VENV)/.installed
+$(AIDER): tests/agents/aider-requirements.txt
+	$(PYTHON) -m venv $(AIDER_VENV)
+	$(AIDER_VENV)/bin/python -m pip install -q --upgrade pip
+	$(AIDER_VENV)/bin/python -m pip install -q -r tests/agents/aider-requirements.txt
+	touch $@
+
+agents: $(AGENTS) $(AIDER)
 
 ## headless Chromium from the OS packages, for the page's test in a real browser: installed with
 ## apt-get where it is absent and apt-get can (as root); otherwise said, and that test fails
@@ -39,14 +53,14 @@ browser:
 
 ## make test — lint, the docs site (a broken link fails), every Python test, the daemon's end-to-end tests once more on PostgreSQL
 ## (a throwaway cluster; files-only tests skip), and the Node client's tests
-test: $(STAMP) $(AGENTS) browser
+test: $(STAMP) $(AGENTS) $(AIDER) browser
 	@# byte code written once: the suite starts hundreds of Python processes (daemons, the CLI,
 	@# fakes), and where PYTHONDONTWRITEBYTECODE is set each would compile compactd again
-	$(BIN)/python -m compileall -q -j0 -x node_modules compactd context protocol service daemon proxy clients tests
+	$(BIN)/python -m compileall -q -j0 -x 'node_modules|aider-venv' compactd context protocol service daemon proxy clients tests
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mkdocs build --strict --site-dir .site
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 	COMPACTD_TEST_STORE=postgres $(BIN)/python -m pytest -q tests/daemon
 	@if [ -d clients/node ]; then $(MAKE) --no-print-directory node-test; fi
 

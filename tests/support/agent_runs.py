@@ -60,7 +60,14 @@ def both_ways(
     for way in ("direct", "proxy"):  # the figures the README quotes (`pytest -s`)
         for run in ("first", "resumed"):
             seen = out[way][f"{run}_seen"]
-            keys = ("requests", "rejected", "largest", "input_tokens", "cached_tokens")
+            keys = (
+                "requests",
+                "rejected",
+                "agent_compactions",
+                "largest",
+                "input_tokens",
+                "cached_tokens",
+            )
             print(f"{name} {way} {run}:", {k: seen[k] for k in keys if k in seen})
     return out
 
@@ -102,7 +109,8 @@ def _chat_text(message: dict[str, Any]) -> str:
 def chat_tally(requests: list[dict[str, Any]]) -> dict[str, Any]:
     """What a Chat Completions upstream saw: requests, refusals, the largest prompt and the
     prompts of the answered ones in its count, and the agent's own compactions (a request for
-    its summary, or one that carries results it cleared itself)."""
+    its summary, asked in its last message or in its instructions, or one that carries
+    results it cleared itself)."""
     from tests.support.fake_openai import chat_prompt
     from tests.support.scripted_agent import AGENT_CLEARING_MARKERS, AGENT_SUMMARY_MARKERS
 
@@ -111,14 +119,14 @@ def chat_tally(requests: list[dict[str, Any]]) -> dict[str, Any]:
     own = 0
     for r in calls:
         messages = r["body"].get("messages") or []
-        last = _chat_text(messages[-1]) if messages else ""
+        ends = [_chat_text(messages[0]), _chat_text(messages[-1])] if messages else []
         cleared = any(
             marker in _chat_text(m)
             for m in messages
             if m.get("role") == "tool"
             for marker in AGENT_CLEARING_MARKERS
         )
-        own += any(m in last for m in AGENT_SUMMARY_MARKERS) or cleared
+        own += any(m in end for end in ends for m in AGENT_SUMMARY_MARKERS) or cleared
     return {
         "requests": len(calls),
         "rejected": [r["status"] for r in calls if r["status"] != 200],
@@ -139,3 +147,14 @@ def compactd_json(data: Path, *args: str) -> Any:
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+def assert_key_never_written(proxy: dict[str, Any], key: str) -> None:
+    """The proxy's run (`both_ways(...)["proxy"]`) exited cleanly, stored sessions, and its key
+    is in none of its files or its log."""
+    assert proxy["returncode"] == 0, proxy["log"]
+    assert any(Path(proxy["data"]).rglob("*.jsonl"))
+    for path in Path(proxy["data"]).rglob("*"):
+        if path.is_file():
+            assert key.encode() not in path.read_bytes(), path
+    assert key not in proxy["log"]

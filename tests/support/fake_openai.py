@@ -50,6 +50,7 @@ CONTROL = "/_fake/"
 STEP_ID = re.compile(r"^call_(?P<run>[0-9a-f]{8})_(?P<step>\d{4})$")
 SHELL_TOOLS = ("exec_command", "shell", "run_shell_command", "bash")
 MODELS = ("gpt-5-codex", "gpt-5", "gpt-4o")
+DONE = "Done: ran"  # how the scripted model closes a run
 RESPONSES_OVERFLOW = (
     "Your input exceeds the context window of this model. Please adjust your input and try again."
 )
@@ -197,6 +198,26 @@ def chat_items(messages: list[Any]) -> list[dict[str, Any]]:
     return items
 
 
+def unfinished(items: list[Any], steps: int) -> tuple[str, int] | None:
+    """The latest step the items show — a call's output, or the progress tag of a summary
+    while its run has steps to go, whichever comes later — unless the model said its run was
+    done after it: where a model carries on after an agent compacted its own history and
+    prompted it to continue (opencode keeps the recent calls after its summary, then says
+    "Continue if you have next steps"), and closes a run whose every step the kept calls show.
+    A summary of a finished run followed by a prompt starts a new one."""
+    latest = None
+    for item in items:
+        text = " ".join(_item_texts([item]))
+        if item.get("role") == "assistant" and text.startswith(DONE):
+            latest = None
+        latest = _answered(item) or latest
+        tags = list(PROGRESS.finditer(text))
+        if tags:
+            run, step = tags[-1]["run"], int(tags[-1]["step"])
+            latest = (run, step) if step + 1 < steps else None
+    return latest
+
+
 def agent_output(body: dict[str, Any], steps: int, lines: int) -> list[dict[str, Any]]:
     """The Responses output items of the scripted agent (see `scripted_agent`); a Chat
     Completions body is read as the same items."""
@@ -216,14 +237,10 @@ def agent_output(body: dict[str, Any], steps: int, lines: int) -> list[dict[str,
         return [_message("Scripted answer.")]
     last = items[-1] if items else {}
     prompt = " ".join(_item_texts([last]))
-    if _answered(last) is None:  # after the agent's own summary, a "continue" carries on
-        tagged = [
-            i for i, item in enumerate(items) if PROGRESS.search(" ".join(_item_texts([item])))
-        ]
-        results = [i for i, item in enumerate(items) if _answered(item) is not None]
-        if tagged and (not results or tagged[-1] > results[-1]):
-            prompt = " ".join(_item_texts([items[tagged[-1]]]))
-    run, step = resume_point(_answered(last), prompt, steps)
+    answered = _answered(last)
+    if answered is None:  # a prompt after an agent's own compaction ("Continue…") carries on
+        answered = unfinished(items, steps)
+    run, step = resume_point(answered, prompt, steps)
     reasoning = {
         "type": "reasoning",
         "id": f"rs_{run}_{step:04d}",
@@ -231,7 +248,7 @@ def agent_output(body: dict[str, Any], steps: int, lines: int) -> list[dict[str,
         "encrypted_content": hashlib.sha256(f"{run}:{step}".encode()).hexdigest() * 4,
     }
     if step >= steps:
-        return [reasoning, _message(f"Done: ran {steps} commands.")]
+        return [reasoning, _message(f"{DONE} {steps} commands.")]
     command = step_command(step, lines)
     arguments: dict[str, Any] = (
         {"cmd": command}
@@ -251,6 +268,28 @@ def agent_output(body: dict[str, Any], steps: int, lines: int) -> list[dict[str,
             "status": "completed",
         },
     ]
+
+
+LISTING = re.compile(r"listing (?P<step>\d+)", re.IGNORECASE)
+
+
+def listing_answer(body: dict[str, Any], lines: int) -> str:
+    """The scripted model of a chat without tools (aider's): a user whose latest ask names
+    "listing N" gets that listing, `lines` lines long, in the answer itself (a reminder may
+    follow the ask); a request whose instructions (first message) or last message ask for a
+    summary of the conversation gets a short one."""
+    items = chat_items(body.get("messages") or [])
+    texts = _item_texts(items)
+    ends = (texts[0], texts[-1]) if texts else ()
+    if any(marker in text for text in ends for marker in AGENT_SUMMARY_MARKERS):
+        return "I asked you for numbered listings and you showed each of them."
+    asked = [" ".join(_item_texts([i])) for i in items if i.get("role") == "user"]
+    found = next((f for f in map(LISTING.search, reversed(asked)) if f), None)
+    if found is None:
+        return "Scripted answer."
+    step = int(found["step"])
+    rows = (f"step {step:04d} output line {n:05d} of the listing" for n in range(1, lines + 1))
+    return f"Listing {step}:\n\n" + "\n".join(rows)
 
 
 def _message(text: str) -> dict[str, Any]:
@@ -382,6 +421,8 @@ class FakeOpenAI:
         kind = reply.get("kind", "text")
         if kind == "agent":
             return agent_output(body, int(reply.get("steps", 3)), int(reply.get("lines", 50)))
+        if kind == "listings":
+            return [_message(listing_answer(body, int(reply.get("lines", 50))))]
         if kind == "call":
             return [
                 {

@@ -29,6 +29,7 @@ AGENT_SUMMARY_MARKERS = (
     "produce the <state_snapshot> XML",  # Qwen Code's
     "Create a new anchored summary",  # opencode's (its first)
     "Construct a new summary that combines both",  # opencode's (after a summary)
+    "summarize this partial conversation about programming",  # aider's (its system prompt)
 )
 AGENT_CLEARING_MARKERS = (
     "[Old tool result content cleared]",  # Qwen Code's and opencode's own clearing
