@@ -172,6 +172,10 @@ class Policy:
     # "auto" — "threshold" where the provider holds the cache explicitly (Tier 1's server
     # path: the Anthropic format in "cache" mode), "pressed" elsewhere (see docs/decisions.md)
     summary_when: str = "auto"
+    # the rolling summary asked as a fork of the request just rendered, where the provider
+    # caches it (the Anthropic format with breakpoints, the request's own model): its input
+    # is read from the prompt cache instead of sent afresh as a transcript
+    summary_fork: bool = True
     summary_last_assistant_chars: int = SUMMARY_LAST_ASSISTANT_CHARS
     # the spec's checkpoint is 2,000–5,000 tokens: the summary may use at least this many
     # (a small window lowers it to a fifth of its limit)

@@ -200,6 +200,10 @@ def merge_context_management(client: Any, ours: dict[str, Any] | None) -> dict[s
     return merged
 
 
+BETA = "anthropic-beta"
+"""The header that names the betas a request uses."""
+
+
 def merge_betas(client: str | None, ours: str | None) -> str | None:
     """One `anthropic-beta` header: the client's betas, then any of compactd's it lacks, less
     the one for system turns (none are sent)."""
@@ -217,7 +221,15 @@ def upstream_body(
 ) -> dict[str, Any]:
     """The client's body with compactd's messages, system and tools (breakpoints placed as its
     render placed them) and the merged context edits."""
-    body = dict(request.body)
+    return client_body(request.body, rendered, max_tokens=max_tokens)
+
+
+def client_body(
+    fields: dict[str, Any], rendered: dict[str, Any], *, max_tokens: int | None = None
+) -> dict[str, Any]:
+    """`fields` (a client's body, its messages aside) with compactd's rendered messages,
+    system and tools and the merged context edits: what goes upstream."""
+    body = dict(fields)
     body["messages"] = rendered["messages"]
     if "system" in rendered:
         body["system"] = rendered["system"]
@@ -226,7 +238,7 @@ def upstream_body(
     if "tools" in rendered:
         body["tools"] = rendered["tools"]
     merged = merge_context_management(
-        request.body.get("context_management"), rendered.get("context_management")
+        fields.get("context_management"), rendered.get("context_management")
     )
     if merged is not None:
         body["context_management"] = merged
@@ -562,7 +574,8 @@ class AnthropicWire(Wire):
     server_edits = True
     own_headers = ("x-api-key", "anthropic-")
     auth_headers = ("x-api-key", "authorization")
-    relayed_headers = ("anthropic-version",)
+    # the betas go with a summary asked as a fork: they are part of the request it continues
+    relayed_headers = ("anthropic-version", "anthropic-beta")
 
     def routes(self) -> list[Route]:
         return [
@@ -670,14 +683,28 @@ class AnthropicWire(Wire):
     async def summarize(
         self, held: Credentials, request: SummaryRequest, *, model: str, timeout: float
     ) -> SummaryResult:
-        """Through the Anthropic SDK, with the client's key or bearer token."""
-        auth = ("x-api-key", "authorization")
-        headers: dict[str, Any] = {k: v for k, v in held.headers.items() if k not in auth}
+        """Through the Anthropic SDK, with the client's key or bearer token. A summary asked
+        as a fork goes as the client's own request would: its fields (thinking, tool_choice,
+        metadata, its context edits) with compactd's messages, and its betas with compactd's;
+        a plain one without the client's betas."""
+        skipped = ("x-api-key", "authorization", BETA)
+        headers: dict[str, Any] = {k: v for k, v in held.headers.items() if k not in skipped}
         api_key = held.headers.get("x-api-key")
         bearer = held.headers.get("authorization", "")
         token = bearer[7:].strip() if bearer.lower().startswith("bearer ") else None
         if not api_key:  # the SDK would otherwise add the environment's key beside the token
             headers["X-Api-Key"] = Omit()
+        fork = request.fork
+        if fork is not None and fork.format == "anthropic":
+            betas = merge_betas(held.headers.get(BETA), fork.headers.get(BETA))
+            request = attrs.evolve(
+                request,
+                fork=attrs.evolve(
+                    fork,
+                    request=client_body(held.fields, fork.request),
+                    headers={**fork.headers, **({BETA: betas} if betas else {})},
+                ),
+            )
         provider = AnthropicSummaryProvider(
             model=model,
             api_key=api_key or None,

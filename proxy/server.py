@@ -32,7 +32,7 @@ import orjson
 from aiohttp import web
 from yarl import URL
 
-from ..context.budget import make_budget, model_spec
+from ..context.budget import make_budget, model_spec, reported_prompt_tokens
 from ..context.decompose import Spec
 from ..context.engine import RenderParams
 from ..context.errors import CannotFit, CompactdError, InvalidContent, StoreFailure
@@ -331,6 +331,7 @@ class Proxy:
             ):
                 if upstream.status == 200:
                     await settle(200)
+                    self._sent(placed, outgoing)
                     exchange = Exchange(wire, request, turn, placed, rendered, outgoing, headers)
                     return await self._relay(exchange, upstream)
                 data = await upstream.read()
@@ -489,11 +490,13 @@ class Proxy:
         if not turn.key.named:  # the session is chosen by them (else they are made in its turn)
             fingerprints = await self.app.work.run(None, lambda: request_fingerprints(specs))
         sid = await self._session_for(turn.key, fingerprints or [])
-        self.credentials[sid] = Credentials(
+        held = self.credentials.get(sid)
+        self.credentials[sid] = Credentials(  # the fields of the last request sent stay
             wire.credentials(request.headers, request.query),
             turn.model,
             wire.name,
             self.settings.upstream(wire),
+            held.fields if held else {},
         )
         meta = {"source": "proxy", "client": _agent(request)}
         box: list[tuple[Placed, RenderParams]] = []
@@ -759,7 +762,7 @@ class Proxy:
                     sent=rendered.sent_estimate,
                     applied_edits=applied_edits or None,
                     durable=False,
-                    request=self.ledger.panel(rendered),
+                    request=self.ledger.panel(rendered, reported_prompt_tokens(clean)),
                 )
             if params is None:
                 return None
@@ -782,6 +785,14 @@ class Proxy:
                 log.warning("session %s: usage not recorded: %s", placed.session_id, exc)
                 return
         self.ledger.take(row)
+
+    def _sent(self, placed: Placed, body: dict[str, Any]) -> None:
+        """The upstream took `body`: a summary asked as a fork of it (its prefix is what the
+        provider cached) sends its fields as they went — thinking as the window's cap fitted
+        it, the merged context edits."""
+        held = self.credentials.get(placed.session_id)
+        if held is not None:
+            held.fields = {k: v for k, v in body.items() if k != "messages"}
 
     def wire_of(self, placed: Placed) -> str:
         """The API the session's latest request came through (its wire's name)."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from ..context.engine import Engine, RenderParams
 from ..context.graph import Graph
 from ..context.projection import CLEAR, COLLAPSE, SNIP, SUMMARY
@@ -113,8 +115,12 @@ class Ledger:
             ],
         )
 
-    def panel(self, rendered: Rendered) -> dict[str, Any]:
-        """The request as sent, as the session remembers it (`compactd context`)."""
+    def panel(self, rendered: Rendered, reported: int | None = None) -> dict[str, Any]:
+        """The request as sent, as the session remembers it (`compactd context`): with the
+        provider's count of it (`reported`), in that count — the session's calibration lags a
+        change of what the request holds (a clear, a summary) by a request or two."""
+        if reported and rendered.estimate:
+            rendered = attrs.evolve(rendered, ratio=reported / rendered.estimate)
         return {"at": self.recorder.now(), "model": rendered.budget.model, **rendered.tokens()}
 
     def take(self, row: RequestRow | None) -> None:

@@ -75,7 +75,7 @@ class UpstreamSummarizer:
         hold(*wire.secrets(held.headers, {}))
         upstream = held.upstream or self.upstream
         return await wire.summarize(
-            Credentials(held.headers, held.model, held.api, upstream),
+            Credentials(held.headers, held.model, held.api, upstream, held.fields),
             request,
             model=self.model or held.model,
             timeout=self.timeout_seconds,

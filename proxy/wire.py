@@ -99,12 +99,16 @@ class Turn:
 @attrs.define
 class Credentials:
     """What a session's latest request said about who is asking, for which model, and through
-    which wire (`api`) at which upstream: a summary asks the same way."""
+    which wire (`api`) at which upstream: a summary asks the same way. `fields`: the rest of
+    the last body the proxy sent upstream for it but its messages (thinking, tool_choice,
+    metadata, the context edits), which a summary asked as a fork of that cached request
+    sends as they went."""
 
     headers: dict[str, str]
     model: str
     api: str = "anthropic"
     upstream: str = ""
+    fields: dict[str, Any] = attrs.field(factory=dict)
 
 
 @attrs.frozen

@@ -67,6 +67,7 @@ class Call:
     output: int
     results: int = 0  # tool results a tool-evidence call read
     read: int = 0  # of `input`, tokens read from the prompt cache (a cached fork)
+    written: int = 0  # of `input`, tokens written to the prompt cache (at the write price)
 
 
 @attrs.frozen

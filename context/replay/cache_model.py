@@ -107,13 +107,21 @@ EVIDENCE_OUTPUT_PER_RESULT = 200  # tool evidence: one line of about this many t
 
 
 def price_call(
-    purpose: str, input_tokens: int, output_tokens: int, results: int = 0, read: int = 0
+    purpose: str,
+    input_tokens: int,
+    output_tokens: int,
+    results: int = 0,
+    read: int = 0,
+    written: int = 0,
+    write_price: float = WRITE_5M,
 ) -> float:
     """One LLM call, in input-token equivalents (economy.md): its input plus 5x its output,
     the output counted at no less than a real model would write — 2,000 tokens for a
     summary, 100 for a collapse segment, 200 for each result a tool-evidence call reads.
-    `read`: tokens of the input read from the prompt cache (a cached fork), at 0.1."""
-    paid = input_tokens - read + READ * read
+    `read`: tokens of the input read from the prompt cache (a cached fork), at 0.1;
+    `written`: tokens it wrote to the cache (a fork carries its request's breakpoints), at
+    `write_price`."""
+    paid = input_tokens - read - written + READ * read + write_price * written
     if purpose == "evidence":
         return paid + OUTPUT * max(output_tokens, EVIDENCE_OUTPUT_PER_RESULT * results)
     floor = COLLAPSE_OUTPUT_FLOOR if purpose == "collapse" else SUMMARY_OUTPUT_FLOOR

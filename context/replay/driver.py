@@ -35,7 +35,7 @@ from ..prices import price_of
 from ..recall import CUT, content_text, handle_for, shown_content
 from ..render.conversation import MARKERS
 from ..render.request import Rendered, RequestSpec
-from ..summarizer.types import Answer, Steps, SummaryFailure, SummaryNeeded
+from ..summarizer.types import Answer, Fork, Steps, SummaryFailure, SummaryNeeded, SummaryResult
 from ..tiers.base import TierEvent
 from ..tiers.microcompact import CLEAR_EDIT
 from ..tokens import MESSAGE_OVERHEAD, Counter
@@ -50,6 +50,7 @@ from .anchors import (
 )
 from .cache_model import (
     TTL_SECONDS,
+    WRITE_5M,
     CacheModel,
     Charge,
     price_call,
@@ -179,6 +180,7 @@ class Totals:
     evidence_calls: int = 0
     summary_input: int = 0
     summary_output: int = 0
+    summary_read: int = 0  # of `summary_input`, read from the prompt cache (forks)
     prepared: int = 0  # checkpoints written by background preparation
     prepared_unused: int = 0  # …of which no compaction used
     removed_without_summary: int = 0
@@ -206,16 +208,22 @@ class Totals:
         self.cannot_fit += cannot_fit
         self.cache_rewrites += rewrite
 
-    def add_calls(self, calls: list[Call], price: float = 1.0) -> float:
+    def add_calls(
+        self, calls: list[Call], price: float = 1.0, write_price: float = WRITE_5M
+    ) -> float:
         """LLM calls priced as economy.md says (`cache_model.price_call`), at `price` times
         the request's model (a cheaper summary model costs less); returns their cost."""
-        cost = sum(price_call(c.purpose, c.input, c.output, c.results, c.read) for c in calls)
+        cost = sum(
+            price_call(c.purpose, c.input, c.output, c.results, c.read, c.written, write_price)
+            for c in calls
+        )
         cost *= price
         self.cost += cost
         self.llm_cost += cost
         self.llm_calls += len(calls)
         self.evidence_calls += sum(1 for c in calls if c.purpose == EVIDENCE)
         self.summary_input += sum(c.input for c in calls)
+        self.summary_read += sum(c.read for c in calls)
         self.summary_output += sum(c.output for c in calls)
         return cost
 
@@ -567,7 +575,17 @@ def replay(
     policies += ["recorded"] * any(r.usage for r in recorded)
     policy = engine.policy(session)
     provider = engine.provider_for(session)
-    meter = Meter(ratio if provider in ("digest", None) else 1.0)
+    clock = [0.0]  # the time of the step being replayed (a fork is priced then)
+
+    def price_fork(fork: Fork) -> Charge:
+        """A fork as the provider prices it: the request it continues (its blocks as the cache
+        sees them) with the instruction after it, reading what an earlier request cached."""
+        blocks = [(i.key, i.tokens) for i in request_items(fork.rendered, engine.counter)]
+        ask = hashlib.blake2b(fork.instruction.encode(), digest_size=16).digest()
+        blocks.append((ask, engine.counter.request_text(fork.instruction) + MESSAGE_OVERHEAD))
+        return cache.summary_call(scaled(blocks, ratio), clock[0], 0)
+
+    meter = Meter(ratio if provider in ("digest", None) else 1.0, price_fork)
     price = summary_price(policy.summary_model, model)
     anchors: list[tuple[Any, CacheModel, dict[str, tuple[float, int]]]] = []
     by_index = {r.index: r for r in recorded}
@@ -589,7 +607,7 @@ def replay(
         if call is None:
             continue
         rec = by_index[index]
-        at = rec.time
+        at = clock[0] = rec.time
         events: list[TierEvent] = []
         if previous is not None and at - previous >= policy.idle_seconds:
             events.extend(engine.run_idle(session).events)
@@ -691,7 +709,7 @@ def replay(
         for scope in scopes:
             mine = scope["compactd"]
             mine.add(charge, tokens, (limit, window), cannot_fit, rewrite)
-            row.llm_cost = round(mine.add_calls(calls, price), 1)
+            row.llm_cost = round(mine.add_calls(calls, price, write_price), 1)
             mine.removed_without_summary += removed
             mine.prepared += prepared
             mine.prepared_unused += prepared - reused  # settled when a preparation is used
@@ -837,10 +855,13 @@ def _anchors(
 
 class Meter:
     """Every LLM call a cascade or a preparation makes, seen on its way to the driver, in the
-    provider's units (the digest's counts scaled by the replay's ratio)."""
+    provider's units (the digest's counts scaled by the replay's ratio); a call the provider
+    answered as a fork of the cached request is priced as it is sent (`price_fork`: what it
+    read from the cache and what it wrote, by the replay's cache model)."""
 
-    def __init__(self, scale: float) -> None:
+    def __init__(self, scale: float, price_fork: Callable[[Fork], Charge] | None = None) -> None:
         self.scale = scale
+        self.price_fork = price_fork
         self.calls: list[Call] = []
 
     def through(self, steps: Steps[T]) -> Steps[T]:
@@ -863,10 +884,24 @@ class Meter:
         else:
             inp = answer.input_tokens or request.input_tokens_estimate
             out = answer.output_tokens
+        # a model writes no more than the call's max_tokens (the provider's tokens); the
+        # offline digest may (it quotes every user request whole), which no real call costs
+        output = min(round(out * self.scale), request.max_output_tokens)
         results = len(request.items) if request.purpose == EVIDENCE else 0
-        self.calls.append(
-            Call(request.purpose, round(inp * self.scale), round(out * self.scale), results)
-        )
+        fork = request.fork
+        forked = isinstance(answer, SummaryResult) and answer.forked
+        if fork is not None and forked and self.price_fork is not None:
+            charge = self.price_fork(fork)
+            call = Call(
+                request.purpose,
+                charge.tokens,
+                output,
+                read=charge.read,
+                written=charge.written,
+            )
+        else:
+            call = Call(request.purpose, round(inp * self.scale), output, results)
+        self.calls.append(call)
 
     def take(self) -> list[Call]:
         calls, self.calls = self.calls, []

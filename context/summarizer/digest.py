@@ -169,16 +169,21 @@ def summarize(request: SummaryRequest) -> SummaryResult:
     # the checkpoint stays within the budget the tier priced it at: paths and identifiers
     # tokenize densely, so the character cap tightens until the count fits (user requests,
     # which are never cut, may still exceed it)
-    cap = request.max_output_tokens * 4
+    budget = int(request.max_output_tokens / max(request.ratio, 1e-9))
+    cap = budget * 4
     text = digest_text(request.items, cap)
     for _ in range(8):
-        if COUNTER.text(text) <= request.max_output_tokens:
+        if COUNTER.text(text) <= budget:
             break
         cap = cap * 4 // 5
         text = digest_text(request.items, cap)
+    # offered a fork, the digest answers it as a model reading the cached request would: the
+    # checkpoint of the whole range (its items), in one call
+    fork = request.fork
     return SummaryResult(
         text=text,
         model="digest",
-        input_tokens=request.input_tokens_estimate,
+        input_tokens=fork.input_tokens_estimate if fork else request.input_tokens_estimate,
         output_tokens=COUNTER.text(text),
+        forked=fork is not None,
     )

@@ -16,7 +16,7 @@ import attrs
 from ..policy import Policy
 from .input import MIN_CHUNK_TOKENS, SummaryInput
 from .instructions import chunk_note
-from .types import Steps, SummaryFailure, SummaryNeeded, SummaryRequest
+from .types import Fork, Steps, SummaryFailure, SummaryNeeded, SummaryRequest, SummaryResult
 
 
 @attrs.frozen
@@ -44,6 +44,11 @@ class Limits:
 RETRIED_SMALLER = ("prompt_too_long", "too_large", "truncated")
 """Failures a smaller chunk may not meet: over the provider's input, or a summary of more than
 its output limit holds."""
+FORK_RETRIED = (*RETRIED_SMALLER, "empty", "other")
+"""Failures of a fork the plain prompt may not meet: the request with the instruction over the
+window (our estimate was short), the model's thinking or a tool call instead of a summary, a
+fork the API refused as sent. A provider that is down, refuses the key or ran out of time
+fails the plain prompt as well."""
 
 
 def chunk_lines(inp: SummaryInput, budget: int, start: int = 0) -> list[tuple[int, int]]:
@@ -69,59 +74,96 @@ def generate(
     max_output: int,
     model: str | None,
     limits: Limits,
+    fork: Fork | None = None,
+    ratio: float = 1.0,
 ) -> Steps[tuple[str, dict[str, Any]]]:
     """Summarize `inp` in budgeted chunks folding a rolling summary; a provider overflow, or an
-    answer cut off before its end, retries with smaller chunks. Returns the text and its
-    usage; raises `SummaryFailure` (nothing is written then)."""
+    answer cut off before its end, retries with smaller chunks. With a `fork`, the first call
+    offers it beside the first chunk's prompt: a provider that answers the fork has summarized
+    the whole range in that one call; one that cannot send it answers the first chunk, and the
+    chunks go on from there; a fork the provider could not make as it was sent
+    (`FORK_RETRIED`) is followed by the chunks, one call more. `ratio`: the provider's tokens
+    per token of compactd's count (`SummaryRequest.ratio`). Returns the text and its usage;
+    raises `SummaryFailure` (nothing is written then)."""
     budget = max(MIN_CHUNK_TOKENS, limits.input_tokens)
-    rolling: str | None = None
-    calls = 0
-    usage = {"calls": 0, "inputTokens": 0, "outputTokens": 0, "model": model}
-    position = 0
     chunks = chunk_lines(inp, budget)
-    if len(chunks) > limits.calls:  # known before the first call: none is paid for in vain
-        raise SummaryFailure(
-            "call_limit",
-            f"the range to summarize is {inp.tokens:,} tokens: {len(chunks)} calls of up to "
-            f"{budget:,} (summaryInputMaxTokens), more than summaryMaxCalls ({limits.calls}); "
-            "the provider was not called",
-        )
-    while position < len(inp.lines):
-        lo, hi = next(c for c in chunks if c[0] == position)
-        if calls >= limits.calls:
-            raise SummaryFailure("call_limit", f"the summary needed more than {limits.calls} calls")
-        limits.check_time(f"the {purpose} summary")
-        parts_total = max(1, len(chunks))
-        body = inp.text(lo, hi)
-        prompt = body
+    usage: dict[str, Any] = {"calls": 0, "inputTokens": 0, "outputTokens": 0, "model": model}
+
+    def plain(index: int, rolling: str | None) -> SummaryRequest:
+        """Chunk `index`'s request: its lines with the rolling summary so far before them and,
+        when the range takes several calls, which part of how many they are; its items (what
+        the digest provider reads) the chunk's, or the whole range's when it is whole."""
+        lo, hi = chunks[index]
+        prompt = inp.text(lo, hi)
         if rolling is not None:
-            prompt = f"<previous_checkpoint>\n{rolling}\n</previous_checkpoint>\n\n{body}"
-        if parts_total > 1:
-            prompt = chunk_note(chunks.index((lo, hi)) + 1, parts_total) + "\n\n" + prompt
+            prompt = f"<previous_checkpoint>\n{rolling}\n</previous_checkpoint>\n\n{prompt}"
+        if len(chunks) > 1:
+            prompt = chunk_note(index + 1, len(chunks)) + "\n\n" + prompt
         whole = lo == 0 and hi == len(inp.lines)
-        request = SummaryRequest(
+        return SummaryRequest(
             purpose=purpose,
             system=system,
             prompt=prompt,
             max_output_tokens=max_output,
             model=model,
             input_tokens_estimate=sum(inp.line_tokens[lo:hi]),
-            items=tuple(inp.items) if whole else (),
+            items=tuple(inp.items) if whole else tuple(_chunk_items(inp, lo, hi, rolling)),
             input_hash=inp.digest,
             deadline=limits.deadline,
+            ratio=ratio,
         )
-        if not whole:
-            request = attrs.evolve(request, items=tuple(_chunk_items(inp, lo, hi, rolling)))
+
+    answered: SummaryResult | SummaryFailure | None = None  # the first chunk's, had already
+    if fork is not None:
+        limits.check_time(f"the {purpose} summary")
+        # offered a fork, the digest stands in for a model reading it: the whole range
+        request = attrs.evolve(plain(0, None), fork=fork, items=tuple(inp.items))
         answer = yield SummaryNeeded(purpose, request)
+        usage["calls"] = 1
+        if isinstance(answer, SummaryResult) and answer.forked and answer.text.strip():
+            usage.update(
+                inputTokens=answer.input_tokens,
+                outputTokens=answer.output_tokens,
+                model=answer.model,
+                forked=True,
+                cacheReadTokens=answer.cache_read_input_tokens,
+            )
+            return answer.text.strip(), usage
+        if isinstance(answer, SummaryFailure) and answer.forked:
+            if answer.kind not in FORK_RETRIED:
+                raise SummaryFailure(answer.kind, f"the {purpose} summary failed: {answer}")
+            usage["forkFailed"] = answer.kind
+        else:
+            answered = answer
+    if len(chunks) > limits.calls:  # known before a chunk's call: none is paid for in vain
+        raise SummaryFailure(
+            "call_limit",
+            f"the range to summarize is {inp.tokens:,} tokens: {len(chunks)} calls of up to "
+            f"{budget:,} (summaryInputMaxTokens), more than summaryMaxCalls ({limits.calls}); "
+            + ("the provider was not called" if fork is None else "nothing was written"),
+        )
+    rolling: str | None = None
+    calls = 0  # the chunks' calls, which summaryMaxCalls bounds
+    position = 0
+    while position < len(inp.lines):
+        index = next(i for i, c in enumerate(chunks) if c[0] == position)
+        lo, hi = chunks[index]
+        if calls >= limits.calls:
+            raise SummaryFailure("call_limit", f"the summary needed more than {limits.calls} calls")
+        if answered is not None:
+            answer, answered = answered, None
+        else:
+            limits.check_time(f"the {purpose} summary")
+            answer = yield SummaryNeeded(purpose, plain(index, rolling))
+            usage["calls"] += 1
         calls += 1
-        usage["calls"] = calls
         if isinstance(answer, SummaryFailure):
             sent = sum(inp.line_tokens[lo:hi])
             if answer.kind in RETRIED_SMALLER and min(budget, sent) > MIN_CHUNK_TOKENS:
                 # halve what was actually sent: halving a budget the chunk did not fill would
                 # send the very same prompt again
                 budget = max(MIN_CHUNK_TOKENS, min(budget, sent) // 2)
-                chunks = chunks[: chunks.index((lo, hi))] + chunk_lines(inp, budget, lo)
+                chunks = chunks[:index] + chunk_lines(inp, budget, lo)
                 continue
             raise SummaryFailure(answer.kind, f"the {purpose} summary failed: {answer}")
         if not answer.text.strip():

@@ -45,3 +45,34 @@ def evidence_system(words: int) -> str:
 def chunk_note(part: int, parts: int) -> str:
     """What a chunk of a long range says about its place (1-based `part` of `parts`)."""
     return prompt("chunk_note").format(part=part, parts=parts)
+
+
+def fork_instruction(
+    checkpoint: str,
+    kept: int,
+    first: str,
+    *,
+    request: str | None = None,
+    hidden_requests: list[str] | tuple[str, ...] = (),
+) -> str:
+    """The last user turn of a summary asked as a fork of the cached request: which part to
+    replace — everything before the last `kept` messages, the first of which begins with
+    `first` (a description: `quoted`, or what the block is); inside a turn, its `request`
+    stays too — the user requests of that part the request no longer shows, and the
+    checkpoint's own instructions (`checkpoint_system`)."""
+    if request is None:
+        part = prompt("fork_part").format(kept=kept, first=first)
+    else:
+        part = prompt("fork_part_in_turn").format(kept=kept, first=first, request=quoted(request))
+    text = prompt("fork").format(part=part, checkpoint=checkpoint)
+    if hidden_requests:
+        listed = "\n".join(f"- {r}" for r in hidden_requests)
+        text += "\n\n" + prompt("fork_hidden").format(requests=listed)
+    return text
+
+
+def quoted(text: str, limit: int = 160) -> str:
+    """`text` on one line in «guillemets», its first `limit` characters (an ellipsis past
+    them): enough for the model to find the message it begins."""
+    line = " ".join(text.split())
+    return "«" + (line if len(line) <= limit else line[: limit - 1] + "…") + "»"

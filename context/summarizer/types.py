@@ -37,6 +37,25 @@ FAILURE_KINDS = (
 
 
 @attrs.frozen
+class Fork:
+    """A summary asked as a fork of the request compactd last rendered: that very request (its
+    system prompt, tools and messages, byte for byte up to its cache breakpoints, its context
+    edits and the headers they need) with `instruction` after it as the last user turn, so a
+    provider that caches prompts reads everything before the instruction from its cache
+    instead of reading a transcript of the range at full price. A provider that can send it
+    (the Anthropic Messages API, with the request's own model) answers it and says so
+    (`SummaryResult.forked`); any other answers the request's plain prompt."""
+
+    format: str  # the wire format of `request` ("anthropic")
+    request: dict[str, Any]  # the body as rendered (model, max_tokens, system, tools, messages…)
+    instruction: str  # what the fork asks, as the text of a last user turn
+    headers: dict[str, str] = attrs.field(factory=dict)  # HTTP headers `request` needs
+    input_tokens_estimate: int = 0  # the request and the instruction, in compactd's estimate
+    # the render `request` came from: a replay prices the fork on it with its cache model
+    rendered: Any = attrs.field(default=None, eq=False, repr=False)
+
+
+@attrs.frozen
 class SummaryRequest:
     """One call to a summary model."""
 
@@ -53,6 +72,13 @@ class SummaryRequest:
     # the whole summary's time bound (`summaryTimeBoundSeconds`), as the engine's clock reads
     # it: a driver stops waiting for this call then and answers `timeout`
     deadline: float | None = None
+    # the same summary asked as a fork of the cached request (one call for the whole range),
+    # for a provider that can send it; `prompt` is the first chunk's, for any other
+    fork: Fork | None = None
+    # the provider's tokens per token of compactd's own count (the session's calibration):
+    # `max_output_tokens` is in the provider's tokens, so the offline digest, which counts in
+    # compactd's, writes to `max_output_tokens / ratio` — what a model's limit would hold
+    ratio: float = 1.0
 
 
 @attrs.frozen
@@ -63,6 +89,7 @@ class SummaryResult:
     output_tokens: int = 0
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
+    forked: bool = False  # the provider answered `request.fork` (the whole range), not `prompt`
 
 
 @attrs.frozen
@@ -84,6 +111,7 @@ class SummaryFailure(Exception):
         status: int | None = None,
         prompt_tokens: int | None = None,
         limit_tokens: int | None = None,
+        forked: bool = False,
     ) -> None:
         if kind not in FAILURE_KINDS:
             raise ValueError(f"unknown summary failure kind {kind!r}")
@@ -94,6 +122,7 @@ class SummaryFailure(Exception):
         self.status = status
         self.prompt_tokens = prompt_tokens
         self.limit_tokens = limit_tokens
+        self.forked = forked  # the call that failed was a fork (`SummaryRequest.fork`)
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}"

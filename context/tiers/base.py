@@ -95,6 +95,9 @@ class Run:
         self.thread = view.viewer
         self.memo: dict[Any, Any] = {}  # what tiers computed from the current render
         self.rendered = self.render()
+        # the request as it goes without this run's changes: what extends the request sent
+        # last, whose prefix the provider cached (a summary asked as a fork sends it)
+        self.start = self.rendered
         self.limit = self.rendered.budget.limit
         self.threshold = int(policy.cascade_threshold * self.limit)
         self.target = min(self.threshold, int(policy.cascade_target * self.limit))

@@ -76,6 +76,7 @@ def apply(run: Run) -> Steps[None]:
                 max_output=policy.collapse_summary_tokens,
                 model=policy.summary_model or None,
                 limits=Limits.of(policy, run.engine.clock),  # the time bound, per segment
+                ratio=run.rendered.ratio,
             )
         except SummaryFailure as failed:
             run.failed(TIER, failed)

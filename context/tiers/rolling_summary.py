@@ -45,10 +45,11 @@ from ..summarizer.evidence import (
     source_text,
     source_tokens,
 )
+from ..summarizer.fork import describe, first_parts, kept_tail
 from ..summarizer.generate import Limits, generate
 from ..summarizer.input import Range, SummaryInput, user_request_texts
-from ..summarizer.instructions import checkpoint_system
-from ..summarizer.types import Steps, SummaryFailure, SummaryNeeded
+from ..summarizer.instructions import checkpoint_system, fork_instruction
+from ..summarizer.types import Fork, Steps, SummaryFailure, SummaryNeeded
 from ..tokens import MESSAGE_OVERHEAD
 from ..turns import Turn, has_running, is_complete, plan_cuts, turn_node_ids, turns_of
 from .base import Run, TierEvent, growth, llm_bar
@@ -305,12 +306,18 @@ def write_checkpoint(
 ) -> Steps[tuple[Checkpoint, SummaryInput]]:
     """The checkpoint of `rng`, written the one way Tier 4 and background preparation both use
     (evidence first, then the same prompt, budget and model), with the input it was written
-    from."""
-    sources = evidence_sources(run, rng)
+    from. Where the summary may be a fork of the cached request (`fork_of`), that is offered
+    first, in one call that reads what the model saw; a provider that cannot send it answers
+    the plain prompt (with the long results folded in where they fit one call, without
+    condensed evidence otherwise: the fork is the one call there was to be)."""
     inp = run.summary_input(rng)
+    sources = evidence_sources(run, rng)
     if sources and evidence_folds(run, inp, sources):
         # one call: the checkpoint reads the results whole instead of their evidence
         inp = run.summary_input(rng, originals={src.node: source_text(src) for src in sources})
+        sources = []
+    fork = fork_of(run, rng, instructions)
+    if fork is not None:
         sources = []
     evidence = (yield from condense(run, sources, limits)) if sources else []
     if evidence:  # (the input without it was what the fold was weighed on)
@@ -322,9 +329,71 @@ def write_checkpoint(
         max_output=summary_budget(run),
         model=run.policy.summary_model or None,
         limits=limits,
+        fork=fork,
+        ratio=run.rendered.ratio,
     )
     usage["evidenceCalls"] = len(batches(sources, run.policy.summary_input_max_tokens))
     return Checkpoint(text, usage, evidence), inp
+
+
+def forks(run: Run) -> bool:
+    """Whether the summary is asked as a fork of the request this run started from
+    (`summaryFork`): the provider caches it (the Anthropic format with breakpoints), the
+    summary is the request's own model's (the cache is the model's: the request names it, and
+    no other summary model is named), one model only, and the provider did not refuse that
+    very request (Tier 5)."""
+    policy, spec = run.policy, run.spec
+    return (
+        policy.summary_fork
+        and spec.format == "anthropic"
+        and spec.cache
+        and bool(spec.model)
+        and not spec.fallback_models
+        and policy.summary_model in ("", spec.model or "")
+        and run.forced_calibration is None
+    )
+
+
+def fork_of(run: Run, rng: Range, instructions: str | None) -> Fork | None:
+    """The summary of `rng` asked as a fork of the run's starting request, or None where it
+    cannot be one (`forks`), where nothing of the thread would follow the range, or where the
+    request with the instruction and the summary's output would not fit the window."""
+    if not forks(run):
+        return None
+    start = run.start
+    tail = kept_tail(start.conversation, set(rng.covers))
+    if tail is None:
+        return None
+    kept, first = tail
+    request = None
+    if rng.partial is not None:
+        asked = user_request_texts(run.graph, run.path, rng.partial)
+        request = "\n".join(asked) if asked else None
+    hidden = [
+        text
+        for turn in rng.new_turns
+        if turn.start_id in start.projection.snipped or turn.start_id in start.projection.collapsed
+        for text in user_request_texts(run.graph, run.path, turn)
+    ]
+    instruction = fork_instruction(
+        checkpoint_system(instructions, size_asked(run)),
+        kept,
+        describe(first_parts(start.conversation, first)),
+        request=request if rng.partial is not None else None,
+        hidden_requests=hidden,
+    )
+    tokens = run.engine.counter.request_text(instruction)
+    window = start.budget.window
+    if start.total + round(tokens * start.ratio) + summary_budget(run) > window:
+        return None
+    return Fork(
+        format=run.spec.format,
+        request=start.request,
+        instruction=instruction,
+        headers=start.headers,
+        input_tokens_estimate=start.estimate + tokens,
+        rendered=start,
+    )
 
 
 def evidence_record(run: Run, evidence: list[tuple[EvidenceSource, str]]) -> list[dict[str, Any]]:
@@ -377,7 +446,9 @@ class MarkerBound:
 
     def of(self, rng: Range) -> int:
         run, counter = self.run, self.run.engine.counter
-        tokens = summary_budget(run) + self.HEADER + sum(map(counter.request_text, self.prior))
+        # the budget is the provider's tokens (a model's max_tokens); the rest is counted here
+        budget = summary_budget(run) / run.rendered.ratio
+        tokens = budget + self.HEADER + sum(map(counter.request_text, self.prior))
         for turn in rng.new_turns:
             if turn.start_id not in self.requests:
                 texts = user_request_texts(run.graph, run.path, turn)
@@ -466,7 +537,7 @@ def worth_a_call(run: Run, rng: Range) -> tuple[bool, int]:
     return True, freed
 
 
-def choose_range(run: Run, *, manual: bool = False) -> Range | None:
+def choose_range(run: Run, *, take_latest: bool = False) -> Range | None:
     """The range Tier 4 replaces, the least that brings the request to the run's target:
     before the latest `summaryKeepTurns` complete turns; else before the latest complete turn
     (the spec's "retain the latest turn"); else inside a turn — the latest complete one, then
@@ -475,14 +546,10 @@ def choose_range(run: Run, *, manual: bool = False) -> Range | None:
     fit otherwise — get under `summarySplitTurnAbove` (0.75) of its limit, neither as it is
     nor with whole turns summarized: the spec's rule gives way to what must be sent, never to
     the headroom target. A cut in an active turn that leaves no complete exchange behind it to
-    keep may aim at the target. With nothing to summarize, short history is left alone.
-
-    `/compact` (`manual`) asks for a summary now, whatever the target: when no whole turn
-    before the retained ones is left to summarize — one long agentic turn, or every earlier
-    turn summarized already — it takes the spec's checkpoint: the longest in-turn range there
-    is (every user request kept verbatim in the marker, the latest assistant message after
-    it), if it frees at least the summary's own budget by its marker's bound; else the
-    history is short."""
+    keep may aim at the target. `take_latest`: a range that takes the latest complete turn may
+    be chosen whatever the bar says (what a cached fork's economy weighs: `summary_range`).
+    With nothing to summarize, short history is left alone (`/compact` then takes the spec's
+    checkpoint: `_checkpoint`)."""
     policy, proj, graph, path = run.policy, run.rendered.projection, run.graph, run.path
     after = Predicted.of(run)
 
@@ -495,18 +562,23 @@ def choose_range(run: Run, *, manual: bool = False) -> Range | None:
         # taking the latest complete turn only when no whole-turn range gets it under the bar
         bar = max(run.target, min(run.threshold, int(policy.summary_split_turn_above * run.limit)))
         cannot_fit = min(run.total, after(best)) > bar
-        best = _inside_a_turn(run, after, may_take_latest=cannot_fit, target=run.target) or best
+        may_take_latest = cannot_fit or take_latest
+        best = (
+            _inside_a_turn(run, after, may_take_latest=may_take_latest, target=run.target) or best
+        )
     if best is None or not (best.new_turns or best.partial is not None):
-        return _checkpoint(run, after) if manual else None
+        return None
     return best
 
 
 def _checkpoint(run: Run, after: Predicted) -> Range | None:
-    """`/compact`'s range when no whole turn is left to summarize: the longest in-turn range
-    (the spec's checkpoint: an older complete execution prefix) — when it frees at least what
-    the summary itself may cost. A range that costs less than twice its marker is short
-    history (the spec's "below the retention budget": two short turns, a turn of two steps),
-    and the provider is not called for it."""
+    """`/compact`'s range when no whole turn before the retained ones is left to summarize —
+    one long agentic turn, or every earlier turn summarized already (`/compact` asks for a
+    summary now, whatever the target): the longest in-turn range (the spec's checkpoint: an
+    older complete execution prefix, every user request kept verbatim in the marker) — when it
+    frees at least what the summary itself may cost. A range that costs less than twice its
+    marker is short history (the spec's "below the retention budget": two short turns, a turn
+    of two steps), and the provider is not called for it."""
     rng = _inside_a_turn(run, after, may_take_latest=True, target=None)
     if rng is None or run.total - after(rng) < summary_budget(run):
         return None
@@ -581,20 +653,63 @@ def buys_runway(run: Run) -> bool:
     worth a call, and neither is one that reached the target."""
     if not run.pending or not run.target < run.total <= run.threshold:
         return False  # nothing moved; or over the threshold (the bar says); or at the target
-    rng = choose_range(run)
+    rng = summary_range(run)
     if rng is None or not worth_a_call(run, rng)[0]:
         return False
+    return per_request(run, Predicted.of(run)(rng), call_cost(run, rng)) < per_request(
+        run, run.total, 0
+    )
+
+
+def per_request(run: Run, total: float, call: float) -> float:
+    """What each request until the threshold costs when a change leaves the request at
+    `total` (calibrated) for `call` (the summary's, 0 without one): the call and the rewrite
+    of what the provider cannot read back (all but the system prompt and tools), spread over
+    the requests it buys at the thread's growth, and the reads of those requests."""
     per_step = growth(run)
     categories = run.rendered.categories
     fixed = categories.get(SYSTEM, 0) + categories.get(TOOLS, 0)  # read back either way
+    runway = max(run.threshold - total, per_step) / per_step
+    return (call + 1.25 * (total - fixed)) / runway + 0.1 * (total + run.threshold) / 2
 
-    def per_request(total: float, call: float) -> float:
-        runway = max(run.threshold - total, per_step) / per_step
-        return (call + 1.25 * (total - fixed)) / runway + 0.1 * (total + run.threshold) / 2
 
-    output = run.policy.summary_min_tokens  # a real summary writes at least this
-    call = run.summary_input(rng).tokens * run.rendered.ratio + 5 * output
-    return per_request(Predicted.of(run)(rng), call) < per_request(run.total, 0)
+def summary_range(run: Run) -> Range | None:
+    """The range an automatic Tier 4 replaces in this run: the spec's (`choose_range`) — or,
+    where the summary is a cached fork, the range that takes the latest complete turn as well
+    (a cut inside it, or it whole before a cut in the active turn) when that costs less per
+    request of runway (`per_request`): a fork reads the request at a tenth of its price, so a
+    summary that leaves the latest turn's work whole for a few requests more is dearer than
+    one that buys many. Memoized on the run's render: `due` and `apply` take the same."""
+    key = (TIER, "range")
+    if key in run.memo:
+        return run.memo[key]  # type: ignore[no-any-return]
+    rng = choose_range(run)
+    if forks(run):
+        wider = choose_range(run, take_latest=True)
+        if wider is not None and (rng is None or wider.covers != rng.covers):
+            after = Predicted.of(run)
+            if worth_a_call(run, wider)[0] and (
+                rng is None
+                or not worth_a_call(run, rng)[0]
+                or per_request(run, after(wider), call_cost(run, wider))
+                < per_request(run, after(rng), call_cost(run, rng))
+            ):
+                rng = wider
+    run.memo[key] = rng
+    return rng
+
+
+def call_cost(run: Run, rng: Range) -> float:
+    """What the summary's call costs, in calibrated input-token equivalents: 5× an output of
+    at least `summaryMinTokens` (a real summary writes that much), and its input — as a fork,
+    the request it continues read from the cache but for its newest step (which the previous
+    request did not hold, and the fork writes); else the range's transcript, sent whole."""
+    output = 5 * run.policy.summary_min_tokens
+    if forks(run):
+        total = run.start.total
+        new = min(total, growth(run))
+        return 0.1 * (total - new) + 1.25 * new + output
+    return run.summary_input(rng).tokens * run.rendered.ratio + output
 
 
 def prepare_due(run: Run) -> bool:
@@ -622,7 +737,9 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
         )
         return
     proj = run.rendered.projection
-    rng = choose_range(run, manual=manual)
+    rng = summary_range(run)  # /compact's the same: a prepared checkpoint is for either
+    if rng is None and manual:  # no whole turn to take: the spec's in-turn checkpoint
+        rng = _checkpoint(run, Predicted.of(run))
     if rng is None:
         bar = int(policy.summary_split_turn_above * run.limit)
         if not manual and run.target < run.total <= max(bar, run.threshold):
@@ -816,7 +933,7 @@ def prepare(run: Run) -> Steps[bool]:
     memory (`Engine.keep_prepared`); nothing is written. Once per range (a failure included),
     and kept only if, when it is done, the range is still the one the next Tier 4 would take
     — the session is not locked meanwhile, so it may have moved on."""
-    rng = choose_range(run)  # the very range the next Tier 4 would take
+    rng = summary_range(run)  # the very range the next Tier 4 would take
     if rng is None or not worth_a_call(run, rng)[0]:
         return False
     key = range_key(run, rng, None)
@@ -832,7 +949,7 @@ def prepare(run: Run) -> Steps[bool]:
     now = Run(
         run.engine, run.session, run.view, run.spec, run.engine.policy(run.session), run.provider
     )
-    current = choose_range(now)
+    current = summary_range(now)
     if current is None or range_key(now, current, None) != key:
         return False  # the session moved on while the summary was written
     run.engine.keep_prepared(run.session.id, key, (checkpoint, inp))

@@ -5,6 +5,11 @@ Why a thin wrapper: the engine must see every failure as one of the `SummaryFail
 `prompt_too_long`), never an SDK exception or a traceback, and a cancelled summary must simply
 stop (the caller writes nothing). Retries are the SDK's own (bounded by `max_retries`); a wall-time
 bound covers the whole call including those retries.
+
+A request that offers a fork (`SummaryRequest.fork`) is sent as one: the request compactd rendered,
+byte for byte, with the fork's instruction as the last user turn — so the provider reads its
+prefix from the prompt cache — on the request's own model, unless this provider was given a
+summary model of its own (the cache is per model: a named model is asked the plain prompt).
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import anthropic
+import attrs
 from anthropic import AsyncAnthropic
 from compactd.context.secrets import hold
-from compactd.context.summarizer.types import SummaryFailure, SummaryRequest, SummaryResult
+from compactd.context.summarizer.types import Fork, SummaryFailure, SummaryRequest, SummaryResult
 from compactd.context.tiers.reactive import parse_overflow
 
 DEFAULT_SUMMARY_MODEL = "claude-haiku-4-5"
@@ -57,6 +63,7 @@ class AnthropicSummaryProvider:
         stream_threshold_tokens: int = 4096,
     ) -> None:
         self.model = model or os.environ.get(MODEL_ENV) or DEFAULT_SUMMARY_MODEL
+        self.model_named = bool(model or os.environ.get(MODEL_ENV))  # a fork keeps to it
         self.max_retries = max_retries
         self.timeout_seconds = timeout_seconds
         self.wall_seconds = wall_seconds
@@ -71,6 +78,10 @@ class AnthropicSummaryProvider:
 
     async def summarize(self, request: SummaryRequest) -> SummaryResult:
         """One summary, or `SummaryFailure`; `asyncio.CancelledError` propagates untouched."""
+        fork = request.fork
+        body = fork_body(fork, request.max_output_tokens) if fork is not None else None
+        if fork is not None and body is not None and self._may_fork(body):
+            return await self._forked(body, fork.headers)
         if not request.prompt.strip():
             raise SummaryFailure("other", "nothing to summarize: the summary prompt is empty")
         if request.max_output_tokens < 1:
@@ -122,6 +133,41 @@ class AnthropicSummaryProvider:
         await self.aclose()
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _may_fork(self, body: dict[str, Any]) -> bool:
+        """A fork is read from the cache of the model that wrote it: the request's own. A
+        provider given a summary model of its own asks that model the plain prompt."""
+        model = body.get("model")
+        return (
+            isinstance(model, str) and bool(model) and (not self.model_named or model == self.model)
+        )
+
+    async def _forked(self, body: dict[str, Any], headers: dict[str, str]) -> SummaryResult:
+        """The fork, sent as it is built: the request's own fields are passed through as they
+        were rendered (`extra_body`), so the prefix the provider cached is the one it reads."""
+        kwargs: dict[str, Any] = {
+            "model": body["model"],
+            "max_tokens": body["max_tokens"],
+            "messages": body["messages"],
+            "extra_body": {
+                k: v for k, v in body.items() if k not in ("model", "max_tokens", "messages")
+            },
+        }
+        if headers:
+            kwargs["extra_headers"] = headers
+        try:
+            if self._should_stream(body["max_tokens"]):
+                message = await self._bounded(
+                    lambda client: self._stream(client, kwargs), "summary"
+                )
+            else:
+                message = await self._bounded(
+                    lambda client: client.messages.create(**kwargs), "summary"
+                )
+            return attrs.evolve(self._result(message, body["model"]), forked=True)
+        except SummaryFailure as failure:
+            failure.forked = True  # the engine may ask the plain prompt next
+            raise
 
     def _should_stream(self, max_output_tokens: int) -> bool:
         return (
@@ -181,6 +227,8 @@ class AnthropicSummaryProvider:
         text = "".join(
             block.text for block in message.content if getattr(block, "type", None) == "text"
         )
+        if message.stop_reason == "tool_use":  # a fork carries the agent's tools
+            raise SummaryFailure("other", "the model called a tool instead of writing the summary")
         if message.stop_reason not in COMPLETE_STOPS:
             raise SummaryFailure(
                 "truncated",
@@ -204,6 +252,43 @@ class AnthropicSummaryProvider:
 
 COMPLETE_STOPS = frozenset({"end_turn", "stop_sequence"})
 """Stop reasons of an answer that ended where the model meant it to."""
+
+FORCED_TOOL_CHOICES = frozenset({"any", "tool"})
+"""A `tool_choice` that makes the model call a tool: a fork under it could write no summary
+(and a fork must keep the request's own, or the provider re-reads its messages uncached)."""
+
+
+def fork_body(fork: Fork, max_output: int) -> dict[str, Any] | None:
+    """The Messages body of a summary asked as a fork (`Fork`): the rendered request as it is,
+    the instruction as a text block after everything in its last user message (after tool
+    results, as the API requires) or as a user message of its own, room for `max_output`
+    tokens of summary (beside an `enabled` thinking budget, which stays what it was: thinking
+    settings are part of what the cache keys). None where the request cannot be forked: not
+    the Anthropic format, or a `tool_choice` that forces a call."""
+    if fork.format != "anthropic" or not fork.request.get("messages"):
+        return None
+    choice = fork.request.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") in FORCED_TOOL_CHOICES:
+        return None
+    body = {k: v for k, v in fork.request.items() if k != "stream"}
+    ask = {"type": "text", "text": fork.instruction}
+    messages = list(body["messages"])
+    last = messages[-1]
+    if last.get("role") == "user":
+        content = last.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        messages[-1] = {**last, "content": [*blocks, ask]}
+    else:
+        messages.append({"role": "user", "content": [ask]})
+    body["messages"] = messages
+    thinking = body.get("thinking")
+    budget = 0
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+        budget = int(thinking.get("budget_tokens") or 0)
+    elif isinstance(thinking, dict) and thinking.get("type") == "adaptive":
+        budget = max_output  # adaptive thinking spends from the same max_tokens
+    body["max_tokens"] = max_output + budget
+    return body
 
 
 def failure_from_exception(exc: Exception) -> SummaryFailure:

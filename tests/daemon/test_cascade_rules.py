@@ -242,9 +242,10 @@ async def test_the_latest_complete_turn_stays_whole_when_the_request_fits_with_i
     client: CompactdClient,
 ) -> None:
     """Keeping the latest complete turn (half the limit) misses the headroom target, but
-    the request fits with it whole: the summary replaces whole turns only."""
+    the request fits with it whole: a summary sent as a transcript (no fork of the cached
+    request) replaces whole turns only."""
     sid = "keep-latest"
-    await client.open_session(sid, config=WHOLE)
+    await client.open_session(sid, config={**WHOLE, "summaryFork": False})
     for t in range(4):
         await client.append(sid, [user(f"old request {t}"), *steps(f"old{t}", 1, 9_500)])
         await client.append(sid, [assistant(f"old answer {t}")])
@@ -263,6 +264,33 @@ async def test_the_latest_complete_turn_stays_whole_when_the_request_fits_with_i
         assert filler(f"big-{k}", 5_600) in shown
     assert out.tokens.total <= out.tokens.limit
     assert "step" not in summary.reason or "latest complete turn" not in summary.reason
+
+
+async def test_a_forked_summary_takes_the_latest_complete_turn_when_that_buys_more_runway(
+    client: CompactdClient,
+) -> None:
+    """The same request where the summary is a fork of the cached request (a tenth of its
+    input's price): keeping the latest complete turn whole leaves the request a few requests
+    from its threshold, and the summary that takes its older steps buys many more for the
+    same call — so it is that one. The turn's request and its newest steps stay verbatim."""
+    sid = "fork-latest"
+    await client.open_session(sid, config=WHOLE)
+    for t in range(4):
+        await client.append(sid, [user(f"old request {t}"), *steps(f"old{t}", 1, 9_500)])
+        await client.append(sid, [assistant(f"old answer {t}")])
+    await client.append(sid, latest_turn("big", 8, 5_600))
+    await client.append(sid, [user("now write the tests")])
+    out = await client.render(sid, window=32_000, model=MODEL, cascade=True)
+    check_anthropic_pairing(out.request)
+    (summary,) = [e for e in out.events if e.tier == "summary" and e.applied]
+    assert "of the latest complete turn" in summary.reason
+    records = [r for r in (await client.get(sid))["records"] if r["kind"] == "summary"]
+    assert records[0]["data"]["partialTurn"] and records[0]["data"]["through"]
+    shown = all_text(out.request)
+    assert "Request big: deploy every service" in shown and "now write the tests" in shown
+    assert filler("big-7", 5_600) in shown  # the newest step, verbatim
+    assert filler("big-0", 5_600) not in shown
+    assert out.tokens.total <= 0.9 * out.tokens.limit  # under the threshold, runway to go
 
 
 async def test_a_cut_inside_a_turn_says_which_turn_it_cut(client: CompactdClient) -> None:

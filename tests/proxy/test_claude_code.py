@@ -26,8 +26,9 @@ from tests.support.fake_anthropic import (
     compute_applied_edits,
     estimate_prompt_tokens,
 )
+from tests.support.invariants import strip_cache_control
 from tests.support.proxy import ProxyProcess, TappedProxy, client_bodies
-from tests.support.scripted_agent import is_agent_summary, offers_bash
+from tests.support.scripted_agent import is_agent_summary, is_compactd_fork, offers_bash
 
 pytestmark = pytest.mark.slow
 
@@ -82,14 +83,13 @@ def tally(
     messages = [r for r in requests if r["path"] == "/v1/messages"]
     answered = [r for r in messages if r["status"] == 200]
     claude = [r for r in answered if from_claude(r)]
-    edits = [  # of the agent's own requests (compactd's summary calls carry none)
+    edits = [  # of the agent's own requests
         [e["type"] for e in (r["body"].get("context_management") or {}).get("edits", [])]
         for r in messages
-        if offers_bash(r["body"])
+        if offers_bash(r["body"]) and from_claude(r)
     ]
-    compactd_summaries = [
-        r for r in messages if not offers_bash(r["body"]) and not is_agent_summary(r["body"])
-    ]
+    compactd_summaries = [r for r in messages if not from_claude(r)]
+    forks = [r["body"] for r in compactd_summaries if is_compactd_fork(r["body"])]
     return {
         "edits": edits,
         "summary_keys": {  # the SDK compactd asks with sends the key as a bearer token
@@ -103,16 +103,39 @@ def tally(
         "too_long": sum(r["status"] == 400 and count(r["body"]) > WINDOW for r in messages),
         "largest": max(count(r["body"]) for r in messages),
         "input_tokens": sum(count(r["body"]) for r in answered),
-        "managed": sum(  # requests that carry compactd's tool: rendered by the proxy
-            RECALL in json.dumps(r["body"].get("tools") or []) for r in messages
+        "managed": sum(  # Claude Code's requests that carry compactd's tool: rendered by
+            # the proxy (a summary forked from one carries it too, and is compactd's own call)
+            RECALL in json.dumps(r["body"].get("tools") or []) and from_claude(r)
+            for r in messages
         ),
         "agent_summaries": sum(is_agent_summary(r["body"]) for r in messages),
-        "agent_steps": sum(offers_bash(r["body"]) for r in answered),
+        "agent_steps": sum(offers_bash(r["body"]) and from_claude(r) for r in answered),
         # what the upstream reported of Claude Code's requests, and of its last one
         "agent_input_tokens": sum(max(1, seen(r["body"])) for r in claude),
         "last_agent_prompt": max(1, seen(claude[-1]["body"])) if claude else 0,
         "calls_of_compactd": sum(not from_claude(r) for r in messages),
+        "forks": len(forks),
+        "forks_of_a_sent_request": sum(
+            forks_a_sent_request(f, [r["body"] for r in claude]) for f in forks
+        ),
     }
+
+
+def forks_a_sent_request(fork: dict[str, Any], sent: list[dict[str, Any]]) -> bool:
+    """The fork continues a request the upstream was sent before: the same model, system,
+    tools, thinking and context edits, and that request's messages, byte for byte (the
+    breakpoints aside), are the start of the fork's — what the provider reads from its cache."""
+    mine = strip_cache_control(fork)
+    for body in sent:
+        earlier = strip_cache_control(body)
+        same = all(
+            mine.get(k) == earlier.get(k)
+            for k in ("model", "system", "tools", "thinking", "context_management")
+        )
+        n = len(earlier["messages"])
+        if same and n < len(mine["messages"]) and mine["messages"][:n] == earlier["messages"]:
+            return True
+    return False
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +208,16 @@ def test_compactd_s_summaries_go_to_the_upstream_with_the_client_s_key(
     seen = [runs["proxy"][f"{run}_seen"] for run in ("first", "resumed")]
     assert sum(s["compactd_summaries"] for s in seen) >= 1
     assert set().union(*(s["summary_keys"] for s in seen)) == {API_KEY}
+
+
+def test_compactd_s_summaries_fork_a_request_the_upstream_was_sent(runs: dict[str, Any]) -> None:
+    """Each summary goes out as a fork of Claude Code's own request: a request the upstream
+    was sent before (its model, system prompt, tools, thinking and context edits, its messages
+    byte for byte) with compactd's instruction after it, so the provider reads it from its
+    cache. (The scripted model answers it with a checkpoint, as a model would.)"""
+    seen = [runs["proxy"][f"{run}_seen"] for run in ("first", "resumed")]
+    assert sum(s["forks"] for s in seen) >= 1
+    assert all(s["forks_of_a_sent_request"] == s["forks"] for s in seen)
 
 
 @pytest.mark.parametrize("run", ["first", "resumed"])

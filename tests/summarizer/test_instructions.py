@@ -12,7 +12,13 @@ from compactd.context.summarizer.evidence import (
     evidence_request,
     parse_evidence,
 )
-from compactd.context.summarizer.instructions import checkpoint_system, evidence_system, prompt
+from compactd.context.summarizer.instructions import (
+    checkpoint_system,
+    evidence_system,
+    fork_instruction,
+    prompt,
+    quoted,
+)
 from compactd.context.tokens import Counter
 
 
@@ -30,6 +36,34 @@ def test_the_checkpoint_asks_for_the_size_floor_and_honours_instructions() -> No
     assert full.endswith("follow them:\nkeep the migration notes")
     assert "Images and documents" in full
     assert "Images and documents" not in sized
+
+
+def test_the_fork_names_the_part_it_replaces_and_carries_the_checkpoint_rules() -> None:
+    checkpoint = checkpoint_system(None, (2000, 2800))
+    text = fork_instruction(checkpoint, 9, quoted("Request k4: inspect module k4."))
+    assert text.startswith("[compactd] This message is not from the user.")
+    assert "up to the last 9 message(s), which stay" in text
+    assert "the first of them begins with «Request k4: inspect module k4.»" in text
+    assert text.endswith(checkpoint) and "{" not in text
+    assert "do not call tools" in text and "stays too" not in text
+    inside = fork_instruction(
+        checkpoint,
+        3,
+        "a call to Bash (id toolu_7)",
+        request="Refactor the parser.\nKeep the API.",
+        hidden_requests=["Add tests.", "Use tabs."],
+    )
+    assert "begins with a call to Bash (id toolu_7)" in inside
+    assert "stays too, verbatim, before your checkpoint: «Refactor the parser. Keep the API.»" in (
+        inside
+    )
+    assert inside.endswith("the checkpoint keeps each one:\n- Add tests.\n- Use tabs.")
+
+
+def test_quoted_is_one_line_and_clipped() -> None:
+    assert quoted("  a\n b  ") == "«a b»"
+    long = quoted("x" * 500, limit=40)
+    assert len(long) == 42 and long.endswith("…»")
 
 
 def test_the_evidence_prompt_names_id_tool_and_error() -> None:

@@ -6,6 +6,7 @@ input holds every result it replaces."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -280,7 +281,11 @@ def test_compact_on_one_long_turn_checkpoints_inside_it(engine: Engine) -> None:
     assert "what is in the repository?" in texts(request)[1]  # quoted in the marker
     assert use_ids(request) == ["toolu_c109"]  # the latest step, with its result
     assert out.rendered.total < before / 4
-    prompt = "\n".join(n.request.prompt for n in recorder.needs)
+    # what the summary model read: the request it forks (read from the cache), or the prompt
+    prompt = "\n".join(
+        json.dumps(n.request.fork.request) if n.request.fork else n.request.prompt
+        for n in recorder.needs
+    )
     assert "what is in the repository?" in prompt
     for k in range(109):
         assert f"[c{k}] c{k}w0" in prompt, k

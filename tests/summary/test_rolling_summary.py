@@ -107,10 +107,11 @@ def test_when_two_kept_turns_are_still_too_many_the_latest_complete_one_stays_wh
     digest_engine: Engine,
 ) -> None:
     """Keeping two complete turns, then one, still leaves the request over its target — but
-    it fits its limit with the latest complete turn whole, so the summary replaces whole turns
-    only (a cut inside that turn would only buy headroom)."""
+    it fits its limit with the latest complete turn whole, so a summary sent as a transcript
+    (no fork of the cached request) replaces whole turns only (a cut inside that turn would
+    only buy headroom)."""
     engine = digest_engine
-    sid = open_session(engine)
+    sid = open_session(engine, {"summaryFork": False})
     for k in range(4):
         engine.append(sid, messages=turn(f"s{k}", 1200))
     engine.append(sid, messages=explained("b4", 2600) + explained("b5", 2600))

@@ -424,7 +424,8 @@ async def test_snip_leaves_the_turns_of_a_running_function_in_its_own_view(
 def test_the_time_bound_covers_every_call_of_a_summary(store: FileStore) -> None:
     now = [1000.0]
     engine = Engine(store, clock=lambda: now[0], summary_provider="digest")
-    config = {"summaryInputMaxTokens": 2000, "evidenceEnabled": False}
+    # the plain prompt, chunk by chunk (a fork of the cached request is one call)
+    config = {"summaryInputMaxTokens": 2000, "evidenceEnabled": False, "summaryFork": False}
     unbounded = open_engine_session(engine, config)
     engine.append(unbounded, messages=sixteen("ub"))
     calls = Recorder()

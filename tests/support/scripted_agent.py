@@ -10,7 +10,9 @@ prompt works the same way.
 
 Any other request (a title, a summary, compactd's own summarizer) gets a short text; requests
 that look like the agent's own compaction (Claude Code's summary prompt) are recognised by
-`is_agent_summary` so a test can assert there were none.
+`is_agent_summary` so a test can assert there were none. compactd's summary asked as a fork of
+the agent's request (the agent's tools and history, then compactd's instruction) is answered
+as a model would, with a checkpoint (`is_compactd_fork`).
 """
 
 from __future__ import annotations
@@ -87,6 +89,19 @@ def offers_bash(body: dict[str, Any]) -> bool:
     return any(isinstance(t, dict) and t.get("name") == "Bash" for t in body.get("tools") or [])
 
 
+FORK_OPENING = "[compactd] This message is not from the user."
+"""How compactd's instruction to a fork of the agent's request begins (its prompt's data)."""
+
+
+def is_compactd_fork(body: dict[str, Any]) -> bool:
+    """compactd asking for its summary as a fork of the agent's own request: the last block of
+    the last message is compactd's instruction."""
+    messages = body.get("messages") or []
+    blocks = _blocks(messages[-1].get("content")) if messages else []
+    last = blocks[-1] if blocks else {}
+    return last.get("type") == "text" and str(last.get("text", "")).startswith(FORK_OPENING)
+
+
 def is_agent_summary(body: dict[str, Any]) -> bool:
     """The agent asking the model to summarize its own conversation (its own compaction)."""
     messages = body.get("messages") or []
@@ -137,7 +152,8 @@ def agent_content(
     body: dict[str, Any], *, steps: int, lines: int
 ) -> tuple[list[dict[str, Any]], str]:
     """The content blocks and stop reason of the scripted answer to `body`."""
-    if is_agent_summary(body):  # answered as a model would, so the agent's compaction works
+    if is_agent_summary(body) or is_compactd_fork(body):
+        # answered as a model would, so the agent's (or compactd's) compaction works
         answered = [a for m in body.get("messages") or [] for a in _answered(m)]
         point = progress_of(_texts(body), answered)
         tag = progress_tag(*point) if point else ""
