@@ -539,6 +539,9 @@ def test_ctrl_c_exits_130_without_a_traceback(cli: Cli) -> None:
         stderr=subprocess.PIPE,
         text=True,
         env=env_for(cli.data_dir),
+        # SIGINT as a foreground command has it (a suite run as a background job has it
+        # ignored, and the child would inherit that)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     assert proc.stderr is not None
     assert "daemon started" in proc.stderr.readline()  # the CLI is inside its call

@@ -7,6 +7,7 @@ import json
 import os
 import pty
 import select
+import signal
 import time
 from pathlib import Path
 
@@ -37,6 +38,9 @@ def run_on_a_terminal(
     return (exit code, everything it printed)."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: the pty is its terminal, it is the foreground process group
+        # as a shell gives a foreground command: a suite run as a background job (`make test &`)
+        # has SIGINT ignored, which exec passes on, and Python then leaves ^C ignored
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.chdir(cwd)
         os.execve(argv[0], argv, env)
     seen = b""
