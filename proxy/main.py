@@ -22,7 +22,7 @@ import attrs
 from aiohttp import web
 
 from ..context.errors import CompactdError
-from ..context.policy import MAX_REQUEST_BYTES
+from ..context.policy import MAX_REQUEST_BYTES, Policy
 from ..context.secrets import scrub_logs
 from ..context.stores import default_data_dir
 from ..service import background
@@ -89,6 +89,17 @@ def message_limit(limits: dict[str, int]) -> dict[str, int]:
     return {**limits, "max_message_bytes": request + MESSAGE_ENVELOPE}
 
 
+def summary_input(window: int | None, config: dict[str, Any]) -> dict[str, Any]:
+    """The session config with compactd's own summary calls inside `--window` too: one call's
+    input at most half the window (the upstream refuses a longer one, and a chunk retried
+    smaller costs a call), unless the config names its own."""
+    named = {"summaryInputMaxTokens", "summary_input_max_tokens"} & set(config)
+    if window is None or named:
+        return config
+    default = Policy().summary_input_max_tokens
+    return {**config, "summaryInputMaxTokens": min(default, window // 2)}
+
+
 def build(args: argparse.Namespace) -> tuple[App, Proxy]:
     settings = settings_from(
         args,
@@ -101,7 +112,7 @@ def build(args: argparse.Namespace) -> tuple[App, Proxy]:
     recall = {"recall": False} if args.no_recall else {}
     settings = attrs.evolve(
         settings,
-        config={"recall": True, **settings.config, **recall},
+        config={"recall": True, **summary_input(args.window, settings.config), **recall},
         limits=message_limit(settings.limits),
     )
     config = proxy_settings(args)

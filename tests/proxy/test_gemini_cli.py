@@ -38,9 +38,6 @@ LINES = 75
 MODEL = "gemini-2.5-pro"
 TOKEN_LIMIT = 1_048_576  # what Gemini CLI takes the model's window to be
 API_KEY = "AIzaSy-test-gemini-cli-0123456789abcdef"
-SMALL_WINDOW = ("--set", f"summaryInputMaxTokens={WINDOW // 2}")
-"""A summary call's input within the window too (60K by default: its own call would be refused
-at this window, and retried smaller)."""
 MASKED = "tool_output_masked"  # Gemini CLI's own masking of old tool outputs
 
 
@@ -122,7 +119,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         out = both_ways(
             base,
             fake,
-            lambda data, url: ProxyProcess(data, gemini=url, window=WINDOW, args=SMALL_WINDOW),
+            lambda data, url: ProxyProcess(data, gemini=url, window=WINDOW),
             {"direct": gemini(told_window=True), "proxy": gemini(told_window=False)},
             lambda first: ("--resume", "latest"),
             gemini_tally,
