@@ -34,17 +34,16 @@ import itertools
 import json
 import re
 import signal
-import socket
 import threading
 import time
-from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from . import faults
 from .fake_openai import FakeProcess
+from .loopback import ScriptedUpstream
 from .scripted_agent import AGENT_SUMMARY_MARKERS, PROGRESS, progress_tag
 
 CONTROL = "/_fake/"
@@ -312,16 +311,9 @@ def json_answer(body: dict[str, Any]) -> str:
 # ---- the server -------------------------------------------------------------------------------
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-class FakeGemini:
+class FakeGemini(ScriptedUpstream):
     def __init__(self, port: int = 0) -> None:
-        self.default: dict[str, Any] = {"kind": "text", "text": "Hello from the fake."}
-        self.queue: deque[dict[str, Any]] = deque()
-        self.context_window: int | None = None
+        super().__init__()
         self.records: list[dict[str, Any]] = []
         self.issued: set[str] = set()
         self.previous: dict[str, list[str]] = {}  # model -> the latest prompt's parts, as JSON
@@ -331,38 +323,7 @@ class FakeGemini:
         # the reset waits for it (one noticed before the proxy relayed the first chunk would
         # be a failure before the first byte instead)
         self.fault_gate: threading.Event | None = None
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                super().setup()
-                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                fake.handle(self, "GET")
-
-            def do_POST(self) -> None:
-                fake.handle(self, "POST")
-
-        self.server = _Server(("127.0.0.1", port), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def port(self) -> int:
-        return self.server.server_address[1]
-
-    def load_script(self, script: dict[str, Any]) -> None:
-        if "default" in script:
-            self.default = script["default"]
-        for item in script.get("replies", []):
-            self.queue.append(item)
-        if "context_window" in script:
-            self.context_window = script["context_window"]
+        self.serve(port)
 
     def requests(self) -> list[dict[str, Any]]:
         """What the fake was sent, in order (its status, and the prompt in its count)."""
@@ -597,14 +558,6 @@ class FakeGemini:
         else:
             return self.send(h, 404, {"error": name})
         self.send(h, 200, payload)
-
-    def start(self) -> FakeGemini:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 class FakeGeminiProcess(FakeProcess):

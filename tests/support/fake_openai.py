@@ -25,18 +25,17 @@ import itertools
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import urllib.request
-from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from . import faults
+from .loopback import ScriptedUpstream
 from .scripted_agent import (
     AGENT_SUMMARY_MARKERS,
     PROGRESS,
@@ -305,16 +304,9 @@ def _message(text: str) -> dict[str, Any]:
 # ---- the server --------------------------------------------------------------------------------
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-class FakeOpenAI:
+class FakeOpenAI(ScriptedUpstream):
     def __init__(self, port: int = 0) -> None:
-        self.default: dict[str, Any] = {"kind": "text", "text": "Hello from the fake."}
-        self.queue: deque[dict[str, Any]] = deque()
-        self.context_window: int | None = None
+        super().__init__()
         self.records: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.ids = itertools.count(1)
@@ -325,38 +317,7 @@ class FakeOpenAI:
         # the fault waits for it (a reset noticed before the proxy read what came before it
         # would be a failure before the first byte instead)
         self.fault_gate: threading.Event | None = None
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                super().setup()
-                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                fake.handle(self, "GET")
-
-            def do_POST(self) -> None:
-                fake.handle(self, "POST")
-
-        self.server = _Server(("127.0.0.1", port), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def port(self) -> int:
-        return self.server.server_address[1]
-
-    def load_script(self, script: dict[str, Any]) -> None:
-        if "default" in script:
-            self.default = script["default"]
-        for item in script.get("replies", []):
-            self.queue.append(item)
-        if "context_window" in script:
-            self.context_window = script["context_window"]
+        self.serve(port)
 
     def handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
         length = int(h.headers.get("content-length") or 0)
@@ -812,14 +773,9 @@ class FakeOpenAI:
             return self.send(h, 404, {"error": name})
         self.send(h, 200, payload)
 
-    def start(self) -> FakeOpenAI:
-        self.thread.start()
-        return self
-
     def stop(self) -> None:
         self.stopping.set()
-        self.server.shutdown()
-        self.server.server_close()
+        super().stop()
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
