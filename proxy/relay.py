@@ -33,7 +33,7 @@ log = logging.getLogger("compactd.proxy")
 
 MAX_FOLLOW_UPS = 3
 """Recall rounds one client request may take (the model asking again and again is a loop)."""
-FINISHED = "compactd.finished"
+FINISHED = web.RequestKey("compactd.finished", bool)
 """Set on a request once its client has the whole answer (or its failure): a client that
 leaves after that lost nothing."""
 
