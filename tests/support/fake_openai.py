@@ -19,12 +19,10 @@ and `FakeOpenAIProcess` wraps that, with `requests()`, `load_script()` and `rese
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import itertools
 import json
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from . import faults
-from .loopback import ScriptedUpstream
+from .loopback import ScriptedUpstream, run_until_stopped
 from .scripted_agent import (
     AGENT_SUMMARY_MARKERS,
     PROGRESS,
@@ -849,22 +847,7 @@ class FakeOpenAIProcess(FakeProcess):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Fake OpenAI APIs on 127.0.0.1")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--script", type=Path)
-    options = parser.parse_args(argv)
-    fake = FakeOpenAI(options.port)
-    if options.script:
-        fake.load_script(json.loads(options.script.read_text()))
-    fake.start()
-    stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-    signal.signal(signal.SIGINT, lambda *_: stopped.set())
-    print(f"PORT={fake.port}", flush=True)
-    while not stopped.wait(0.5):
-        pass
-    fake.stop()
-    return 0
+    return run_until_stopped(FakeOpenAI, "Fake OpenAI APIs on 127.0.0.1", argv)
 
 
 if __name__ == "__main__":

@@ -5,10 +5,14 @@ ACK), the script it answers from, and start / stop. Each fake says only how its 
 
 from __future__ import annotations
 
+import argparse
+import json
+import signal
 import socket
 import threading
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Self
 
 
@@ -71,3 +75,24 @@ class ScriptedUpstream:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def run_until_stopped(make: Any, description: str, argv: list[str] | None = None) -> int:
+    """A fake as a child process (`--port`, `--script`): prints `PORT=N` once it listens and
+    serves until SIGTERM or SIGINT. `make(port)` builds the fake."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--script", type=Path)
+    options = parser.parse_args(argv)
+    fake = make(options.port)
+    if options.script:
+        fake.load_script(json.loads(options.script.read_text()))
+    fake.start()
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    signal.signal(signal.SIGINT, lambda *_: stopped.set())
+    print(f"PORT={fake.port}", flush=True)
+    while not stopped.wait(0.5):
+        pass
+    fake.stop()
+    return 0
