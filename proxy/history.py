@@ -21,13 +21,14 @@ forking on every request. Fingerprints of stored nodes are memoized on the node.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
 import orjson
 
 from ..context.decompose import ResultSpec, Spec
+from ..context.errors import InvalidContent
 from ..context.graph import Graph, Node
 
 _FP_KEY = "proxy-fingerprint"
@@ -111,21 +112,29 @@ def branch_steps(graph: Graph, branch: str) -> Iterator[Step]:
             yield Step(_call_fingerprint(call), node_id, True)
 
 
-def request_fingerprints(specs: list[Spec]) -> list[str]:
-    """The fingerprints of a request's specs, each run of results sorted by tool_use id (the
-    order a client lists one message's results in carries no meaning)."""
-    out: list[str] = []
-    run: list[ResultSpec] = []
-    for spec in [*specs, None]:
+def _in_order(specs: list[Spec], fingerprints: list[str]) -> tuple[list[Spec], list[str]]:
+    """Specs and their fingerprints with each run of results sorted by tool_use id (the order a
+    client lists one message's results in carries no meaning)."""
+    out_specs: list[Spec] = []
+    out_fingerprints: list[str] = []
+    run: list[tuple[ResultSpec, str]] = []
+    for spec, fingerprint in [*zip(specs, fingerprints, strict=True), (None, "")]:
         if isinstance(spec, ResultSpec):
-            run.append(spec)
+            run.append((spec, fingerprint))
             continue
-        for result in sorted(run, key=lambda r: r.tool_use_id):
-            out.append(spec_fingerprint(result))
+        for result, result_fingerprint in sorted(run, key=lambda r: r[0].tool_use_id):
+            out_specs.append(result)
+            out_fingerprints.append(result_fingerprint)
         run = []
         if spec is not None:
-            out.append(spec_fingerprint(spec))
-    return out
+            out_specs.append(spec)
+            out_fingerprints.append(fingerprint)
+    return out_specs, out_fingerprints
+
+
+def request_fingerprints(specs: list[Spec]) -> list[str]:
+    """The fingerprints of a request's specs, in `sorted_specs`'s order."""
+    return _in_order(specs, [spec_fingerprint(s) for s in specs])[1]
 
 
 def chain(fingerprints: list[str]) -> list[str]:
@@ -141,17 +150,57 @@ def chain(fingerprints: list[str]) -> list[str]:
 
 def sorted_specs(specs: list[Spec]) -> list[Spec]:
     """`specs` with each run of results in the order `request_fingerprints` counts them."""
-    out: list[Spec] = []
-    run: list[ResultSpec] = []
-    for spec in [*specs, None]:
-        if isinstance(spec, ResultSpec):
-            run.append(spec)
-            continue
-        out.extend(sorted(run, key=lambda r: r.tool_use_id))
-        run = []
-        if spec is not None:
-            out.append(spec)
-    return out
+    return _in_order(specs, [""] * len(specs))[0]
+
+
+@attrs.frozen
+class History:
+    """A request's history read for matching: its messages (as the wire read them), each with
+    the specs it decomposes into and their fingerprints. Kept to read the conversation's next
+    request, which repeats all of this but its tail: a message equal to the one kept at its
+    place (a C-level comparison) is not decomposed or digested again, and its kept copy —
+    the one the session stored when it was new — is the one held on to."""
+
+    messages: list[Any]
+    parts: list[tuple[list[Spec], list[str]]]
+
+    def specs(self) -> tuple[list[Spec], list[str]]:
+        """The request's specs in `sorted_specs`'s order, and their fingerprints."""
+        specs = [spec for part, _ in self.parts for spec in part]
+        return _in_order(specs, [f for _, fingerprints in self.parts for f in fingerprints])
+
+
+def read_history(
+    decompose: Callable[[Any], list[Spec]],
+    messages: list[Any],
+    earlier: History | None = None,
+    *,
+    by_message: bool = True,
+) -> History:
+    """`messages` as specs with their fingerprints, reusing what `earlier` (the same
+    conversation's previous request) read of the messages both start with. `by_message`: each
+    message decomposes on its own (its specs never depend on its neighbours); otherwise the
+    whole history is read at once and nothing is reused. `InvalidContent` as `decompose`
+    raises it for the whole history."""
+    if not by_message:
+        specs = decompose(messages)
+        return History([], [(specs, [spec_fingerprint(s) for s in specs])])
+    kept = 0
+    if earlier is not None:
+        for old, new in zip(earlier.messages, messages, strict=False):
+            if old != new:
+                break
+            kept += 1
+    parts = earlier.parts[:kept] if earlier is not None else []
+    try:
+        for message in messages[kept:]:
+            specs = decompose([message])
+            parts.append((specs, [spec_fingerprint(s) for s in specs]))
+    except InvalidContent:
+        decompose(messages)  # raises it again, naming the message by its place in the request
+        raise
+    held = earlier.messages[:kept] if earlier is not None else []
+    return History([*held, *messages[kept:]], parts)
 
 
 @attrs.frozen
