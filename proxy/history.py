@@ -32,6 +32,7 @@ from ..context.errors import InvalidContent
 from ..context.graph import Graph, Node
 
 _FP_KEY = "proxy-fingerprint"
+_STEPS_KEY = "proxy-steps"
 
 
 class PassThrough(Exception):
@@ -104,12 +105,25 @@ def branch_steps(graph: Graph, branch: str) -> Iterator[Step]:
     """The specs a branch holds, in the order a client's messages decompose into them: each
     thread node, then the results of its calls (sorted, as `request_fingerprints` sorts a
     message's results)."""
+    nodes = graph.nodes
     for node_id in graph.branch_path(branch).ids:
-        node = graph.nodes[node_id]
-        yield Step(_node_fingerprint(graph, node), node_id, False)
-        answered = [c for c in graph.calls_of(node) if c.kind == "tool" and c.answered]
-        for call in sorted(answered, key=lambda c: c.tool_use_id or ""):
-            yield Step(_call_fingerprint(call), node_id, True)
+        yield from _node_steps(graph, nodes[node_id])
+
+
+def _node_steps(graph: Graph, node: Node) -> tuple[Step, ...]:
+    """A thread node's steps, memoized on it while its calls' results stay as they are (a
+    long branch is walked on every request; most of its nodes never change again)."""
+    calls = [graph.nodes[c] for c in node.calls]
+    state = tuple(c.result_seq for c in calls)
+    cached = node.cache.get(_STEPS_KEY)
+    if cached is not None and cached[0] == state:
+        return cached[1]  # type: ignore[no-any-return]
+    steps = [Step(_node_fingerprint(graph, node), node.id, False)]
+    answered = [c for c in calls if c.kind == "tool" and c.answered]
+    for call in sorted(answered, key=lambda c: c.tool_use_id or ""):
+        steps.append(Step(_call_fingerprint(call), node.id, True))
+    node.cache[_STEPS_KEY] = (state, tuple(steps))
+    return tuple(steps)
 
 
 def _in_order(specs: list[Spec], fingerprints: list[str]) -> tuple[list[Spec], list[str]]:
@@ -155,19 +169,34 @@ def sorted_specs(specs: list[Spec]) -> list[Spec]:
 
 @attrs.frozen
 class History:
-    """A request's history read for matching: its messages (as the wire read them), each with
-    the specs it decomposes into and their fingerprints. Kept to read the conversation's next
-    request, which repeats all of this but its tail: a message equal to the one kept at its
-    place (a C-level comparison) is not decomposed or digested again, and its kept copy —
-    the one the session stored when it was new — is the one held on to."""
+    """A request's history read for matching: its messages (as the wire read them), its specs
+    in `sorted_specs`'s order with their fingerprints, and where each message's specs end
+    (`ends`). Kept to read the conversation's next request, which repeats all of this but its
+    tail: the messages equal to the ones kept at their places (a C-level comparison) are not
+    decomposed or digested again, and their kept copies — the ones the session stored when
+    they were new — are the ones held on to."""
 
     messages: list[Any]
-    parts: list[tuple[list[Spec], list[str]]]
+    specs: list[Spec]
+    fingerprints: list[str]
+    ends: list[int]
 
-    def specs(self) -> tuple[list[Spec], list[str]]:
-        """The request's specs in `sorted_specs`'s order, and their fingerprints."""
-        specs = [spec for part, _ in self.parts for spec in part]
-        return _in_order(specs, [f for _, fingerprints in self.parts for f in fingerprints])
+    def reusable(self, messages: list[Any]) -> int:
+        """How many of `messages` this reading covers: the ones equal to those kept, back to
+        the last that ends outside a run of results (a run's order may take in the next
+        message's results)."""
+        kept = 0
+        for old, new in zip(self.messages, messages, strict=False):
+            if old != new:
+                break
+            kept += 1
+        while (
+            kept
+            and self.ends[kept - 1]
+            and isinstance(self.specs[self.ends[kept - 1] - 1], ResultSpec)
+        ):
+            kept -= 1
+        return kept
 
 
 def read_history(
@@ -184,23 +213,25 @@ def read_history(
     raises it for the whole history."""
     if not by_message:
         specs = decompose(messages)
-        return History([], [(specs, [spec_fingerprint(s) for s in specs])])
-    kept = 0
-    if earlier is not None:
-        for old, new in zip(earlier.messages, messages, strict=False):
-            if old != new:
-                break
-            kept += 1
-    parts = earlier.parts[:kept] if earlier is not None else []
+        ordered, fingerprints = _in_order(specs, [spec_fingerprint(s) for s in specs])
+        return History([], ordered, fingerprints, [])
+    kept = earlier.reusable(messages) if earlier is not None else 0
+    held = earlier.ends[kept - 1] if earlier is not None and kept else 0
+    fresh: list[Spec] = []
+    ends = earlier.ends[:kept] if earlier is not None else []
     try:
         for message in messages[kept:]:
-            specs = decompose([message])
-            parts.append((specs, [spec_fingerprint(s) for s in specs]))
+            fresh += decompose([message])
+            ends.append(held + len(fresh))
     except InvalidContent:
         decompose(messages)  # raises it again, naming the message by its place in the request
         raise
-    held = earlier.messages[:kept] if earlier is not None else []
-    return History([*held, *messages[kept:]], parts)
+    specs, fingerprints = _in_order(fresh, [spec_fingerprint(s) for s in fresh])
+    if earlier is not None:
+        specs = earlier.specs[:held] + specs
+        fingerprints = earlier.fingerprints[:held] + fingerprints
+    kept_messages = earlier.messages[:kept] if earlier is not None else []
+    return History([*kept_messages, *messages[kept:]], specs, fingerprints, ends)
 
 
 @attrs.frozen

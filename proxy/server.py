@@ -827,18 +827,17 @@ class Proxy:
         key = (wire.name, turn.key.value)
         earlier = self._histories.get(key)
 
-        def read() -> tuple[History, tuple[list[Spec], list[str]]]:
-            history = read_history(
+        history = await self.app.work.run(
+            None,
+            lambda: read_history(
                 wire.decompose, turn.messages, earlier, by_message=wire.decompose_by_message
-            )
-            return history, history.specs()
-
-        history, specs = await self.app.work.run(None, read)
+            ),
+        )
         self._histories[key] = history
         self._histories.move_to_end(key)
         while len(self._histories) > KEPT_HISTORIES:
             self._histories.popitem(last=False)
-        return specs
+        return history.specs, history.fingerprints
 
     async def _counted_body(self, wire: Wire, turn: Turn) -> dict[str, Any] | None:
         try:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from compactd.context.decompose import from_anthropic, from_openai
 from compactd.context.errors import InvalidContent
-from compactd.proxy.history import read_history, request_fingerprints, sorted_specs
+from compactd.proxy.history import History, read_history, request_fingerprints, sorted_specs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,10 +29,14 @@ def step(draw: st.DrawFn, n: int) -> list[dict[str, Any]]:
         {"type": "tool_result", "tool_use_id": i, "content": draw(TEXT)}
         for i in draw(st.permutations(ids))
     ]
-    user = results + draw(
-        st.lists(st.builds(lambda t: {"type": "text", "text": t}, TEXT), max_size=1)
-    )
-    return [{"role": "assistant", "content": content}, {"role": "user", "content": user or "go on"}]
+    texts = draw(st.lists(st.builds(lambda t: {"type": "text", "text": t}, TEXT), max_size=1))
+    split = draw(st.integers(0, len(results)))  # one message's results sent as two messages
+    out: list[dict[str, Any]] = [{"role": "assistant", "content": content}]
+    if 0 < split < len(results):
+        out.append({"role": "user", "content": results[:split]})
+        results = results[split:]
+    out.append({"role": "user", "content": results + texts or "go on"})
+    return out
 
 
 @st.composite
@@ -58,13 +62,17 @@ def fresh(messages: list[dict[str, Any]]) -> tuple[list[Any], list[str]]:
     return specs, request_fingerprints(specs)
 
 
+def read(history: History) -> tuple[list[Any], list[str]]:
+    return history.specs, history.fingerprints
+
+
 @settings(max_examples=200, deadline=None)
 @given(next_request())
 def test_a_reused_reading_is_the_fresh_reading(pair: tuple[list[Any], list[Any]]) -> None:
     first, second = pair
     earlier = read_history(from_anthropic, first)
-    assert earlier.specs() == fresh(first)
-    assert read_history(from_anthropic, second, earlier).specs() == fresh(second)
+    assert read(earlier) == fresh(first)
+    assert read(read_history(from_anthropic, second, earlier)) == fresh(second)
 
 
 def test_repeated_messages_are_held_as_first_read() -> None:
@@ -97,6 +105,21 @@ def test_a_history_that_decomposes_whole_is_read_whole() -> None:
         {"role": "tool", "tool_call_id": "c1", "content": "one"},
         {"role": "tool", "tool_call_id": "c0", "content": "zero"},
     ]
-    read = read_history(from_openai, messages, by_message=False)
+    whole = read_history(from_openai, messages, by_message=False)
     specs = sorted_specs(from_openai(messages))
-    assert read.specs() == (specs, request_fingerprints(specs))
+    assert read(whole) == (specs, request_fingerprints(specs))
+
+
+def test_results_sent_as_two_messages_are_read_again_together() -> None:
+    """A run of results over two messages is sorted as one: when the second message goes, the
+    first is read again rather than cut out of the run's order."""
+    call = [{"type": "tool_use", "id": f"t{k}", "name": "f", "input": {}} for k in (1, 2)]
+    first = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": call},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2"}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1"}]},
+    ]
+    second = [*first[:3], {"role": "assistant", "content": "done"}]
+    later = read_history(from_anthropic, second, read_history(from_anthropic, first))
+    assert read(later) == fresh(second)
