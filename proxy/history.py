@@ -205,17 +205,19 @@ def read_history(
     earlier: History | None = None,
     *,
     by_message: bool = True,
+    kept: int | None = None,
 ) -> History:
     """`messages` as specs with their fingerprints, reusing what `earlier` (the same
-    conversation's previous request) read of the messages both start with. `by_message`: each
-    message decomposes on its own (its specs never depend on its neighbours); otherwise the
-    whole history is read at once and nothing is reused. `InvalidContent` as `decompose`
-    raises it for the whole history."""
+    conversation's previous request) read of the messages both start with (`kept`, when
+    `earlier.reusable` told already). `by_message`: each message decomposes on its own (its
+    specs never depend on its neighbours); otherwise the whole history is read at once and
+    nothing is reused. `InvalidContent` as `decompose` raises it for the whole history."""
     if not by_message:
         specs = decompose(messages)
         ordered, fingerprints = _in_order(specs, [spec_fingerprint(s) for s in specs])
         return History([], ordered, fingerprints, [])
-    kept = earlier.reusable(messages) if earlier is not None else 0
+    if kept is None:
+        kept = earlier.reusable(messages) if earlier is not None else 0
     held = earlier.ends[kept - 1] if earlier is not None and kept else 0
     fresh: list[Spec] = []
     ends = earlier.ends[:kept] if earlier is not None else []

@@ -86,6 +86,8 @@ KEYLESS_SESSIONS = 64
 """Sessions one opening may start among requests that name none (see `Proxy._keyless`)."""
 KEPT_HISTORIES = 64
 """Conversations whose latest request's reading is kept to read their next one (`History`)."""
+INLINE_TAIL = 16
+"""Messages new to a conversation's request that are read on the loop (`Proxy._read`)."""
 
 
 @attrs.frozen
@@ -821,18 +823,29 @@ class Proxy:
 
     async def _read(self, wire: Wire, turn: Turn) -> tuple[list[Spec], list[str]]:
         """The request's history as specs, in the order they are matched, and their
-        fingerprints, off the loop; what the conversation's previous request read of the
-        messages this one repeats is reused (`History`). `InvalidContent` if it cannot be
-        read as compactd stores it."""
+        fingerprints; what the conversation's previous request read of the messages this one
+        repeats is reused (`History`). A new tail of a few messages is read on the loop (a
+        worker's round trip would cost more), anything longer off it. `InvalidContent` if it
+        cannot be read as compactd stores it."""
         key = (wire.name, turn.key.value)
         earlier = self._histories.get(key)
+        kept = None
+        if earlier is not None and wire.decompose_by_message:
+            kept = earlier.reusable(turn.messages)  # one C-level comparison a message
 
-        history = await self.app.work.run(
-            None,
-            lambda: read_history(
-                wire.decompose, turn.messages, earlier, by_message=wire.decompose_by_message
-            ),
-        )
+        def read() -> History:
+            return read_history(
+                wire.decompose,
+                turn.messages,
+                earlier,
+                by_message=wire.decompose_by_message,
+                kept=kept,
+            )
+
+        if kept is not None and len(turn.messages) - kept <= INLINE_TAIL:
+            history = read()
+        else:
+            history = await self.app.work.run(None, read)
         self._histories[key] = history
         self._histories.move_to_end(key)
         while len(self._histories) > KEPT_HISTORIES:
