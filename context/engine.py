@@ -24,16 +24,7 @@ from .errors import CompactdError, InvalidContent, Stopped, TooLarge
 from .graph import Graph, Node, Record
 from .policy import Policy, check_session_config, policy_from_config
 from .projection import COLLAPSE, IDLE, PASSTHROUGH, REACTIVE, UNCOLLAPSE, USAGE, project
-from .recall import (
-    CUT,
-    Recalled,
-    Search,
-    page,
-    resolve,
-    search_lines,
-    shown_content,
-    text_of,
-)
+from .recall import CUT, Recalled, Search, recall, resolve, shown_content
 from .render.request import Rendered, RenderParams, render_request
 from .session import UNSET, AppendResult, Library, Session, collector_paused
 from .stores.interface import SessionCounts, SessionStore, log_size
@@ -792,17 +783,14 @@ class Engine:
         policy = self.policy(session)
         path = g.branch_path(branch)
         node, part = resolve(g, handle, path)
-        text = text_of(g, node, part, path)
-        if search is not None:
-            return search_lines(text, search, policy.recall_max_chars, start_line, end_line)
-        if part == CUT and start_line is None:
+        if search is None and part == CUT and start_line is None:
             start_line = first_cut_line(
                 shown_content(g, node),
                 policy.max_tool_result_chars,
                 policy.truncate_head_chars,
                 policy.truncate_tail_chars,
             )
-        return page(text, policy.recall_max_chars, start_line, end_line)
+        return recall(g, handle, path, policy.recall_max_chars, start_line, end_line, search)
 
     # ---- inspection ---------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import re
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import attrs
@@ -47,17 +47,15 @@ SEARCH_CONTEXT_MAX = 5
 RECALL_TOOL: dict[str, Any] = {
     "name": TOOL_NAME,
     "description": (
-        "Read back content compactd left out of this conversation to fit the context window. "
-        "Every note that says content was cut, cleared or removed names a handle (it starts "
-        "with `recall:`): pass it as `handle`. `search` returns only the lines containing "
-        "that text, numbered (`regex`: RE2); `startLine`/`endLine` (1-based) pick the lines "
-        "read or searched. A tool result cleared without a handle: pass its tool_use id "
-        "(its input: the id followed by `.input`)."
+        "Read back what compactd cut, cleared or removed to fit the context window: pass as "
+        "`handle` the `recall:` handle its note names, or the tool_use id of a result cleared "
+        "without one (`<id>.input`: its input). `search`: only the lines containing it, "
+        "numbered (`regex`: RE2). `startLine`/`endLine` (1-based): the lines read or searched."
     ),
     "input_schema": {
         "type": "object",
         "properties": {
-            "handle": {"type": "string", "description": "The handle, as the note names it"},
+            "handle": {"type": "string"},
             "search": {"type": "string"},
             "regex": {"type": "boolean"},
             "context": {"type": "integer", "minimum": 0, "maximum": SEARCH_CONTEXT_MAX},
@@ -132,7 +130,8 @@ def range_note(entries: list[str], transcript_handle: str, limit: int) -> str:
     shown = entries[-limit:] if limit else []
     head = (
         f"[compactd_recall with handle {transcript_handle} returns the messages of these turns "
-        "verbatim, from the first on"
+        "verbatim, from the first on (with search: the lines that match in them and their tool "
+        "results)"
     )
     out = [head + ("; their tool results by handle:]" if entries else "]")]
     if len(shown) < len(entries):
@@ -311,11 +310,9 @@ def transcript(graph: Graph, node: Node, path: Path) -> str:
     """The thread from `node` to its head: each message under a header naming its role and
     node, its words verbatim, and below it each call with its result's handle (and its
     input's, when the input holds long strings)."""
-    thread = graph.function_path(node.owner) if node.owner else path
-    ids = thread.ids[thread.index(node.id) :] if node.id in thread else [node.id]
     sid = graph.session_id
     out = []
-    for node_id in ids:
+    for node_id in _thread_from(graph, node, path):
         message = graph.nodes[node_id]
         role = "user (meta)" if message.kind == "user" and message.meta else message.kind
         out.append(f"── {role} {node_id} ──")
@@ -334,6 +331,27 @@ def transcript(graph: Graph, node: Node, path: Path) -> str:
     return "\n".join(out)
 
 
+def _thread_from(graph: Graph, node: Node, path: Path) -> list[str]:
+    """The ids of `node`'s thread from it to the head (a function's own thread, else `path`)."""
+    thread = graph.function_path(node.owner) if node.owner else path
+    return thread.ids[thread.index(node.id) :] if node.id in thread else [node.id]
+
+
+def range_sources(graph: Graph, node: Node, path: Path) -> Iterator[tuple[str, str]]:
+    """What a search of a transcript handle looks in, in order, each by the handle that reads
+    it whole: the transcript, then every tool result of those turns and every call input that
+    holds long strings — a name the agent read in a summarized range is one search away, not a
+    page of the transcript and then a page of the result."""
+    sid = graph.session_id
+    yield handle_for(sid, node.id, FROM), transcript(graph, node, path)
+    for node_id in _thread_from(graph, node, path):
+        for call in graph.calls_of(graph.nodes[node_id]):
+            if has_content(graph, call):
+                yield handle_for(sid, call.id), content_text(shown_content(graph, call))
+            if call.kind == "tool" and has_long_strings(call.input, INPUT_NOTE_CHARS):
+                yield handle_for(sid, call.id, INPUT), input_text(call.input)
+
+
 def recall(
     graph: Graph,
     handle: str,
@@ -347,6 +365,8 @@ def recall(
     `max_chars` characters (a first line longer than that is cut) — or, with `search`, the
     lines among them that match it."""
     node, part = resolve(graph, handle, path)
+    if search is not None and part == FROM and start_line is None and end_line is None:
+        return search_range(graph, node, path, search, max_chars)
     text = text_of(graph, node, part, path)
     if search is not None:
         return search_lines(text, search, max_chars, start_line, end_line)
@@ -509,35 +529,102 @@ def search_lines(
     if not hits:
         none = f"[compactd: no line matches {what} ({scope})]"
         return Recalled(none, total, first, last, False, 0)
-    bounds = [*starts, len(text)]
     head = f"[compactd: {len(hits)} line{'s' * (len(hits) != 1)} match {what} ({scope})]"
     out = [head]
-    used = len(head)
-    shown_to = first - 1  # the last line the answer shows
+    pieces, shown_to, cut = _numbered(
+        text, starts, hits, search.context, first, last, max_chars - len(head)
+    )
+    out.extend(pieces)
+    if cut:
+        return Recalled("\n".join(out), total, first, shown_to, True, len(hits))
+    return Recalled("\n".join(out), total, first, last, False, len(hits))
+
+
+def _numbered(
+    text: str,
+    starts: list[int],
+    hits: list[int],
+    context: int,
+    first: int,
+    last: int,
+    room: int,
+) -> tuple[list[str], int, bool]:
+    """The matching lines with their context, numbered as grep prints them, in at most `room`
+    characters (each line's newline counted): the lines, the last line shown, and whether
+    some did not fit (when not even the first match fits, it is cut to fit)."""
+    bounds = [*starts, len(text)]
     hit_set = set(hits)
-    cut = False
+    out: list[str] = []
+    used = 0
+    shown_to = first - 1  # the last line the answer shows
 
     def numbered(n: int) -> str:
         return f"{n}{':' if n in hit_set else '-'}{text[bounds[n - 1] : bounds[n]].rstrip(chr(10))}"
 
-    for index, group in enumerate(_groups(hits, search.context, first, last)):
+    for index, group in enumerate(_groups(hits, context, first, last)):
         for n in group:
             line = numbered(n)
             piece = f"--\n{line}" if n == group[0] and index else line
-            if used + 1 + len(piece) > max_chars:
+            if used + 1 + len(piece) > room:
                 if shown_to < first:  # not even one line fits: the first match, cut to fit
                     shown_to = hits[0]
-                    out.append(numbered(shown_to)[: max(0, max_chars - used - 1)])
-                cut = True
-                break
+                    out.append(numbered(shown_to)[: max(0, room - used - 1)])
+                return out, shown_to, True
             out.append(piece)
             used += 1 + len(piece)
             shown_to = n
+    return out, shown_to, False
+
+
+def search_range(graph: Graph, node: Node, path: Path, search: Search, max_chars: int) -> Recalled:
+    """A search of a transcript handle: the matching lines of the transcript and of each tool
+    result and long input it names (`range_sources`), under the handle of each, numbered as
+    that handle pages them. What does not fit in `max_chars` is named by handle and count, to
+    be searched there."""
+    what = f"the {'regex' if search.regex else 'text'} “{search.pattern}”"
+    found: list[tuple[str, str, list[int], list[int]]] = []
+    sources = lines = 0
+    for handle, text in range_sources(graph, node, path):
+        sources += 1
+        starts = line_starts(text)
+        lines = lines or len(starts)  # the transcript's, as its handle pages it
+        if not starts:
+            continue
+        hits = matching_lines(text, starts, search, 1, len(starts))
+        if hits:
+            found.append((handle, text, starts, hits))
+    total = sum(len(hits) for *_, hits in found)
+    scope = f"these turns and the {sources - 1} tool results and inputs they name"
+    if not found:
+        return Recalled(f"[compactd: no line matches {what} in {scope}]", lines, 1, lines, False, 0)
+    head = (
+        f"[compactd: {total} line{'s' * (total != 1)} match {what} in {scope}; "
+        "each under the handle that reads it, numbered as that handle pages it]"
+    )
+    out = [head]
+    room = max_chars - len(head) - 200  # the closing note's room
+    rest: list[str] = []
+    for handle, text, starts, hits in found:
+        title = f"── {handle} ──"
+        if rest or room < len(title) + 2:
+            rest.append(f"{handle} ({len(hits)})")
+            continue
+        pieces, shown_to, cut = _numbered(
+            text, starts, hits, search.context, 1, len(starts), room - len(title) - 1
+        )
+        if not pieces or (cut and shown_to < hits[0]):
+            rest.append(f"{handle} ({len(hits)})")
+            continue
+        out.append(title)
+        out.extend(pieces)
+        room -= len(title) + 1 + sum(len(p) + 1 for p in pieces)
         if cut:
-            break
-    if cut:
-        return Recalled("\n".join(out), total, first, shown_to, True, len(hits))
-    return Recalled("\n".join(out), total, first, last, False, len(hits))
+            more = sum(1 for h in hits if h > shown_to)
+            rest.append(f"{handle} from line {shown_to + 1} ({more})")
+    if rest:
+        listed = ", ".join(rest[:8]) + (f" and {len(rest) - 8} more" if len(rest) > 8 else "")
+        out.append(f"[compactd: more matches: {listed}; search those handles for them]")
+    return Recalled("\n".join(out)[:max_chars], lines, 1, lines, False, total)
 
 
 def _groups(hits: list[int], context: int, first: int, last: int) -> list[list[int]]:

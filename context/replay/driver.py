@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import attrs
@@ -32,7 +32,7 @@ from ..errors import CannotFit, Stopped
 from ..importers.apply import OpApplier, steps
 from ..importers.plan import ImportedSession, Note
 from ..prices import price_of
-from ..recall import CUT, content_text, handle_for, shown_content
+from ..recall import CUT, FROM, PREFIX, content_text, handle_for, shown_content
 from ..render.conversation import MARKERS
 from ..render.request import Rendered, RequestSpec
 from ..summarizer.types import Answer, Fork, Steps, SummaryFailure, SummaryNeeded, SummaryResult
@@ -824,8 +824,32 @@ def _compactd_fidelity(
             pages = pages_to(content_text(content), use.term, start or 1, policy.recall_max_chars)
             if pages and (best == 0 or pages < best):
                 best = pages
+        if not best and _in_a_range(graph, use.results, handles):
+            best = 1  # one search of the range's transcript handle reaches the result
         out.append((ONE_CALL, best) if best else (FURTHER, 0))
     return out
+
+
+def _in_a_range(graph: Any, use_ids: Iterable[str], handles: set[str]) -> bool:
+    """Whether a transcript handle the request shows (a snip, collapse or summary marker's)
+    covers one of these results: a search of it looks in every result of its turns."""
+    starts = [graph.nodes.get(h[len(PREFIX) :].rsplit(".", 2)[0]) for h in handles if _is_from(h)]
+    if not starts:
+        return False
+    for use_id in use_ids:
+        call = graph.tool_by_use_id(use_id)
+        message = graph.nodes.get(call.parent) if call is not None else None
+        if message is None:
+            continue
+        for start in starts:
+            if start is not None and start.owner == message.owner and start.seq <= message.seq:
+                return True
+    return False
+
+
+def _is_from(handle: str) -> bool:
+    key = handle[len(PREFIX) :].rsplit(".", 1)[0]
+    return key.endswith(f".{FROM}")
 
 
 def _tool_use_ids(request: dict[str, Any]) -> set[str]:

@@ -191,6 +191,47 @@ async def test_a_summarized_range_names_its_results(client: CompactdClient) -> N
     assert got.text == filler("su-0", 1500).rstrip("\n")
 
 
+async def test_one_search_of_a_summarized_range_finds_a_line_in_its_results(
+    client: CompactdClient, data_dir: Path
+) -> None:
+    """A name the agent read in a result the summary replaced is one call away: a search of
+    the range's transcript handle looks in the transcript and in every result it names, and
+    shows each match under the handle that pages it, with that handle's line number."""
+    sid = "r-range-search"
+    await client.open_session(sid, config={"recall": True})
+    await client.append(sid, tool_turns("rs", 6, 1500, "Deploy"))
+    assert (await client.compact(sid)).applied is True
+    text = said((await client.render(sid)).request)
+    assert "rs-3 def handler(request): return request.body  # line 7" not in text
+    (transcript,) = [h for h in HANDLE.findall(text) if ".from." in h]
+    pages = {h: (await client.recall(sid, h)).text for h in HANDLE.findall(text)}
+    (result,) = [h for h, page in pages.items() if page.startswith("rs-3 ")]
+    before = log_bytes(data_dir, sid)
+    wanted = "rs-3 def handler(request): return request.body  # line 7"
+    got = await client.recall(sid, transcript, search=wanted, context=0)
+    assert got.matches == 1 and got.truncated is False
+    lines = got.text.split("\n")
+    assert lines[1] == f"── {result} ──"
+    number, line = re.fullmatch(r"(\d+):(.*)", lines[2]).groups()
+    assert line == wanted
+    # the number is the result's own: a page of that handle from it starts with that line
+    assert (await client.recall(sid, result, int(number))).text.startswith(line)
+    # a search that matches the transcript and several results names each by its handle
+    many = await client.recall(sid, transcript, search=r"rs-[0-5] def", regex=True, context=0)
+    assert many.matches >= 6 and len({h for h in HANDLE.findall(many.text)}) >= 6
+    none = await client.recall(sid, transcript, search="not in any of them")
+    assert none.matches == 0 and "no line matches" in none.text
+    # bounded: with a small page what does not fit is named by handle, to be searched there
+    await client.open_session("r-range-small", config={"recall": True, "recallMaxChars": 600})
+    await client.append("r-range-small", tool_turns("rt", 6, 1500, "Deploy"))
+    assert (await client.compact("r-range-small")).applied is True
+    small = said((await client.render("r-range-small")).request)
+    (small_transcript,) = [h for h in HANDLE.findall(small) if ".from." in h]
+    cut = await client.recall("r-range-small", small_transcript, search="def handler")
+    assert len(cut.text) <= 600 and "search those handles" in cut.text
+    assert log_bytes(data_dir, sid) == before  # a recall writes nothing
+
+
 async def test_unknown_and_foreign_handles_are_errors_that_write_nothing(
     client: CompactdClient, data_dir: Path
 ) -> None:
