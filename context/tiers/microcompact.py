@@ -494,15 +494,19 @@ def clear_pays(run: Run, cands: Candidates, mode: str = "time") -> tuple[bool, i
     `microcompactWarm: "defer"` never pays; `"economic"` expects `microcompactHorizon` more
     requests — fewer when the window will force a change sooner (`requests_left`): that
     change clears these results anyway, so the clear saves only the reads until then. What is
-    re-written is what the provider cannot read back (`rewritten_after`): everything after the
-    last cache breakpoint before the first change."""
+    re-written is the whole request, system prompt and tools included: the price the project
+    measures by (economy.md) reads back only an earlier request that is a prefix of the new
+    one, and once a session has changed its prefix (a clear, a snip, a summary) no request
+    since ends before the old results a clear changes. (The API also reads back at the
+    system prompt's breakpoint; counting that made warm clears look cheaper than they were
+    — see docs/decisions.md.)"""
     if run.policy.microcompact_warm == "defer":
         return False, 0, 0
     before = run.rendered
     record = clear_record(cands, "count", run.thread, mode)
     trial = run.graph.draft_record("clear", record["covers"], record["data"], run.thread)
     after = run.render([trial])
-    rewritten = rewritten_after(before, after)
+    rewritten = after.total
     saved = before.total - after.total
     horizon = run.policy.microcompact_horizon
     if before.total <= run.threshold:  # a warm clear: the window's own change comes sooner
@@ -514,30 +518,6 @@ def requests_left(run: Run) -> int:
     """Requests before this one's growth takes the thread over its threshold (and the window
     forces a change)."""
     return max(0, run.threshold - run.total) // growth(run)
-
-
-def rewritten_after(before: Rendered, after: Rendered) -> int:
-    """Tokens of `after` the provider writes to its cache again when it follows `before`: from
-    the last breakpoint a request before it could have cached ahead of the first message that
-    changed — the summary marker, or the previous request's last, third-to-last or
-    fifth-to-last message (where the renderer put its breakpoints; a request is a step, two
-    messages, past the one before it); before any of them, the whole conversation (the system
-    prompt and tools stay read)."""
-    old, new = before.conversation.messages, after.conversation.messages
-    first = next(
-        (
-            i
-            for i, (a, b) in enumerate(zip(old, new, strict=False))
-            if len(a.parts) != len(b.parts)
-            or any(p is not q for p, q in zip(a.parts, b.parts, strict=True))
-        ),
-        min(len(old), len(new)),
-    )
-    n = len(old)
-    readable = [i for i in (n - 3, n - 5, n - 7) if 0 <= i < first]
-    readable += [i for i, m in enumerate(new[:first]) if m.kind == "summary"]
-    kept = max(readable, default=-1)  # the last message read back whole
-    return sum(m.tokens for m in new[kept + 1 :])
 
 
 def last_resort_due(run: Run) -> bool:
