@@ -471,7 +471,7 @@ def keep_if_paid(run: Run) -> None:
     run.withdraw(CLEAR)
     cands = _candidates(run)
     if run.total <= run.limit and cands.any:
-        pays, saved, rewritten = clear_pays(run, cands, _mode(run))
+        pays, saved, rewritten = clear_pays(run, cands, _mode(run), whole=False)
         if not pays:
             run.note(
                 TIER,
@@ -488,7 +488,9 @@ def _mode(run: Run) -> str:
     return "cache" if server_path(run.policy, run.spec) else "time"
 
 
-def clear_pays(run: Run, cands: Candidates, mode: str = "time") -> tuple[bool, int, int]:
+def clear_pays(
+    run: Run, cands: Candidates, mode: str = "time", whole: bool = True
+) -> tuple[bool, int, int]:
     """DESIGN §4's rule for a change made only to save tokens while the cache is warm: it pays
     when 0.1 × tokens saved × requests still to come > 1.25 × tokens re-written.
     `microcompactWarm: "defer"` never pays; `"economic"` expects `microcompactHorizon` more
@@ -506,7 +508,7 @@ def clear_pays(run: Run, cands: Candidates, mode: str = "time") -> tuple[bool, i
     record = clear_record(cands, "count", run.thread, mode)
     trial = run.graph.draft_record("clear", record["covers"], record["data"], run.thread)
     after = run.render([trial])
-    rewritten = after.total
+    rewritten = after.total if whole else rewritten_after(before, after)
     saved = before.total - after.total
     horizon = run.policy.microcompact_horizon
     if before.total <= run.threshold:  # a warm clear: the window's own change comes sooner
@@ -518,6 +520,30 @@ def requests_left(run: Run) -> int:
     """Requests before this one's growth takes the thread over its threshold (and the window
     forces a change)."""
     return max(0, run.threshold - run.total) // growth(run)
+
+
+def rewritten_after(before: Rendered, after: Rendered) -> int:
+    """Tokens of `after` the provider writes to its cache again when it follows `before`: from
+    the last breakpoint a request before it could have cached ahead of the first message that
+    changed — the summary marker, or the previous request's last, third-to-last or
+    fifth-to-last message (where the renderer put its breakpoints; a request is a step, two
+    messages, past the one before it); before any of them, the whole conversation (the system
+    prompt and tools stay read)."""
+    old, new = before.conversation.messages, after.conversation.messages
+    first = next(
+        (
+            i
+            for i, (a, b) in enumerate(zip(old, new, strict=False))
+            if len(a.parts) != len(b.parts)
+            or any(p is not q for p, q in zip(a.parts, b.parts, strict=True))
+        ),
+        min(len(old), len(new)),
+    )
+    n = len(old)
+    readable = [i for i in (n - 3, n - 5, n - 7) if 0 <= i < first]
+    readable += [i for i, m in enumerate(new[:first]) if m.kind == "summary"]
+    kept = max(readable, default=-1)  # the last message read back whole
+    return sum(m.tokens for m in new[kept + 1 :])
 
 
 def last_resort_due(run: Run) -> bool:
