@@ -40,7 +40,12 @@ from tests.engine.helpers import (
 )
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "transcripts"
-TRANSCRIPTS = sorted(p for p in DATA.glob("*/*") if p.is_file() and p.suffix in (".jsonl", ".traj"))
+TRANSCRIPTS = sorted(
+    [
+        *(p for p in DATA.glob("*/*") if p.is_file() and p.suffix in (".jsonl", ".traj")),
+        *(DATA / "more" / "codex").glob("*.jsonl"),  # the newer Codex rollouts (0.140, 0.142)
+    ]
+)
 
 CUT_NOTE = re.compile(
     r"\[… ([\d,]+) characters(?: \(lines (\d+)–(\d+) of (\d+) omitted\))? truncated by "

@@ -7,9 +7,15 @@ from pathlib import Path
 import attrs
 import orjson
 import pytest
+from compactd.context.engine import Engine, RenderParams
 from compactd.context.importers import load_transcript
+from compactd.context.importers.apply import OpApplier, import_session
 from compactd.context.importers.codex import ENCRYPTED_SUMMARY
 from compactd.context.importers.plan import Compaction, Messages, ModelCall, Note
+from compactd.context.projection import SUMMARY
+from compactd.context.stores import FileStore
+
+from tests.support.invariants import check_anthropic_pairing
 
 ROLLOUT = next(
     (Path(__file__).resolve().parents[1] / "data" / "transcripts" / "codex").glob("rollout-*.jsonl")
@@ -226,3 +232,26 @@ def test_a_newer_rollouts_usage_and_compactions(name, load, raw_lines):
             first.usage["input_tokens"] + first.usage["cache_read_input_tokens"]
             == (after["input_tokens"])
         )
+
+
+@pytest.mark.parametrize("name", sorted(NEWER), ids=lambda name: name[8:18])
+def test_a_newer_rollouts_compactions_are_honoured_on_import(name, load, tmp_path):
+    """Each `compacted` record is a summary record of the imported session, so it renders as
+    Codex last sent it (its own summary is encrypted: the marker says so), not everything the
+    rollout holds."""
+    [imported] = load(MORE / name)
+    engine = Engine(FileStore(tmp_path))
+    session = import_session(engine.library, imported)
+    engine.sessions[session.id] = session
+    records = [r for r in session.graph.records if r.kind == SUMMARY]
+    assert [len(r.data["userRequests"]) for r in records] == NEWER[name]["carried_over"]
+    assert all(r.data["imported"] == "codex" for r in records)
+    rendered = engine.render_session(session, RenderParams())
+    check_anthropic_pairing(rendered.request)
+    assert ENCRYPTED_SUMMARY in str(rendered.request["messages"])
+    plain = engine.library.create()
+    applier = OpApplier(plain, compactions=False)
+    for op in imported.ops:
+        applier.apply(op)
+    engine.sessions[plain.id] = plain
+    assert rendered.total < engine.render_session(plain, RenderParams()).total / 2
