@@ -83,7 +83,7 @@ class ReplayReport(Stats):
 
     def line(self) -> str:
         return (
-            f"{self.path.name[:8]} window {self.window:,} provider {self.provider}: main "
+            f"{short(self.path)} window {self.window:,} provider {self.provider}: main "
             f"{self.steps} steps, fired {self.fired_text()}, peak {self.peak:,} of "
             f"{self.limit:,}; sub-agents {self.functions.steps} steps, fired "
             f"{self.functions.fired_text()}, peak {self.functions.peak:,} ({self.seconds:.1f} s)"
