@@ -317,7 +317,7 @@ def _web_search_text(item: dict[str, Any]) -> str:
     if kind == "open_page":
         return f"[web search: opened {action.get('url')}]"
     if kind == "find":
-        return f"[web search: found {action.get('pattern')!r} in {action.get('url')}]"
+        return f"[web search: looked for {action.get('pattern')!r} in {action.get('url')}]"
     return f"[web search: {orjson.dumps(action).decode()}]"
 
 
