@@ -95,7 +95,7 @@ def engine(tmp_path: Path) -> Engine:
     return Engine(FileStore(tmp_path))
 
 
-@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name[:16]}")
+@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name[:24]}")
 def test_recall_changes_only_the_notes_on_the_transcripts(path: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         engine = Engine(FileStore(tmp), summary_provider="digest")
