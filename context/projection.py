@@ -40,6 +40,10 @@ PASSTHROUGH = "passthrough"  # a request the proxy sent on as its client wrote i
 CONTEXT_KINDS = frozenset({SUMMARY, COLLAPSE, UNCOLLAPSE, SNIP, CLEAR, EVIDENCE, ABANDON})
 
 
+_HIDING = frozenset({SUMMARY, COLLAPSE, UNCOLLAPSE, SNIP})
+"""The records that hide whole turns (`hidden_runs`)."""
+
+
 @attrs.define
 class Projection:
     summary: Record | None = None
@@ -111,9 +115,12 @@ def project(graph: Graph, path: Path, extra: list[Record] | None = None) -> Proj
     protected turn touched): appending to a long session does not rebuild the per-id maps of
     every clear and snip it ever wrote."""
     if extra:
-        records = applicable(graph, path)
-        records += [r for r in extra if graph.record_applies(r, path)]
-        return _build(graph, path, records)[0]
+        added = [r for r in extra if graph.record_applies(r, path)]
+        if not any(r.kind == UNCOLLAPSE for r in added):
+            # the kept projection with the drafts applied after it, as `_build` would apply
+            # them after every written record (a trial does not rebuild thousands of snips)
+            return _extended(graph, path, project(graph, path), added)
+        return _build(graph, path, [*applicable(graph, path), *added])[0]
     key = ("projection", path.owner, id(path.line))
     entry = graph.memo.get(key)
     if entry is not None and _reusable(graph, path, entry):
@@ -192,11 +199,53 @@ def _build(
     """The projection of `records` on `path`; says whether a record was held back or trimmed
     (so a longer path may differ), and with which protected turns."""
     proj = Projection()
-    filtered = False
     undone = {r.data.get("collapse") for r in records if r.kind == UNCOLLAPSE}
     guard: frozenset[str] = frozenset()
     if any(r.kind in _GUARDED for r in records):
         guard = protected_starts(graph, path)
+    filtered = _apply(proj, path, records, guard, undone)
+    return proj, filtered, guard
+
+
+def _extended(graph: Graph, path: Path, base: Projection, added: list[Record]) -> Projection:
+    """`base` (the projection of the records written) with `added` applied after them: the
+    same as building from all of them, for records that undo no collapse."""
+    proj = Projection(
+        summary=base.summary,
+        summary_turns=base.summary_turns,
+        summary_through=base.summary_through,
+        snipped=dict(base.snipped),
+        collapsed=dict(base.collapsed),
+        cleared=dict(base.cleared),
+        cleared_inputs=dict(base.cleared_inputs),
+        cache_cleared=dict(base.cache_cleared),
+        cache_cleared_inputs=dict(base.cache_cleared_inputs),
+        superseded=dict(base.superseded),
+        evidence=dict(base.evidence),
+        abandoned=base.abandoned,
+        applied=list(base.applied),
+    )
+    if not any(r.kind in _HIDING for r in added):
+        proj.runs = base.runs  # the same turns hidden (a trial of clears walks none again)
+    if not added:
+        return proj
+    undone = {r.data.get("collapse") for r in proj.applied if r.kind == UNCOLLAPSE}
+    guard: frozenset[str] = frozenset()
+    if any(r.kind in _GUARDED for r in added):
+        guard = protected_starts(graph, path)
+    _apply(proj, path, added, guard, undone)
+    return proj
+
+
+def _apply(
+    proj: Projection,
+    path: Path,
+    records: list[Record],
+    guard: frozenset[str],
+    undone: set[Any],
+) -> bool:
+    """`records` applied to `proj` in order; whether one was held back or trimmed."""
+    filtered = False
     for rec in records:
         kind = rec.kind
         if kind == SUMMARY and rec.data.get("through"):
@@ -248,9 +297,10 @@ def _build(
     if proj.summary is not None:
         data = proj.summary.data
         proj.summary_turns = frozenset(data.get("turns", []))
+        proj.summary_through = None
         if data.get("through") and data.get("partialTurn"):
             proj.summary_through = (data["partialTurn"], data["through"])
-    return proj, filtered, guard
+    return filtered
 
 
 def hidden_runs(proj: Projection, path: Path) -> list[tuple[int, int, str]]:

@@ -89,6 +89,19 @@ def strip_cache_control(value: Any) -> Any:
     return value
 
 
+_CACHE_CONTROL = b'"cache_control"'
+
+
+def _has_cache_control(value: Any) -> bool:
+    """Whether `cache_control` may be a key anywhere in `value`: orjson writes a long history
+    out far faster than Python walks it, so most messages are passed over unwalked (a string
+    that merely mentions the key only costs the walk)."""
+    try:
+        return _CACHE_CONTROL in orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return True
+
+
 def _ttl_of(value: Any) -> str | None:
     """The longest TTL the client's own breakpoints ask for (compactd's keep it)."""
     found: str | None = None
@@ -136,13 +149,17 @@ def read_messages_request(body: Any) -> MessagesRequest:
     if not isinstance(messages, list) or not messages:
         raise invalid("messages: Input should be a non-empty list")
     stored = []
+    marked = []  # the messages with breakpoints: the rest are kept as they came
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
             raise invalid(f"messages.{i}: Input should be a valid dictionary")
+        breakpoints = _has_cache_control(message)
+        if breakpoints:
+            marked.append(message)
         if message.get("role") == "system":
             stored.append(system_turn(message))
         else:
-            stored.append(strip_cache_control(message))
+            stored.append(strip_cache_control(message) if breakpoints else message)
     system = body.get("system")
     if system is not None and not isinstance(system, str | list):
         raise invalid("system: Input should be a valid string or list")
@@ -156,7 +173,7 @@ def read_messages_request(body: Any) -> MessagesRequest:
         max_tokens=max_tokens,
         system=strip_cache_control(system),
         tools=strip_cache_control(tools),
-        cache_ttl=_ttl_of([system, tools, messages]),
+        cache_ttl=_ttl_of([system, tools, marked]),
         stream=body.get("stream") is True,
     )
 

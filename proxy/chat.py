@@ -131,6 +131,7 @@ class ChatWire(OpenAIWire):
     name = "chat"
     render_format = "openai"
     decompose = staticmethod(from_openai)
+    decompose_by_message = False  # a tool message joins the results before it
 
     def routes(self) -> list[Route]:
         return [Route("POST", "/v1/chat/completions", "generate")]

@@ -21,16 +21,18 @@ forking on every request. Fingerprints of stored nodes are memoized on the node.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
 import orjson
 
 from ..context.decompose import ResultSpec, Spec
+from ..context.errors import InvalidContent
 from ..context.graph import Graph, Node
 
 _FP_KEY = "proxy-fingerprint"
+_STEPS_KEY = "proxy-steps"
 
 
 class PassThrough(Exception):
@@ -103,29 +105,50 @@ def branch_steps(graph: Graph, branch: str) -> Iterator[Step]:
     """The specs a branch holds, in the order a client's messages decompose into them: each
     thread node, then the results of its calls (sorted, as `request_fingerprints` sorts a
     message's results)."""
+    nodes = graph.nodes
     for node_id in graph.branch_path(branch).ids:
-        node = graph.nodes[node_id]
-        yield Step(_node_fingerprint(graph, node), node_id, False)
-        answered = [c for c in graph.calls_of(node) if c.kind == "tool" and c.answered]
-        for call in sorted(answered, key=lambda c: c.tool_use_id or ""):
-            yield Step(_call_fingerprint(call), node_id, True)
+        yield from _node_steps(graph, nodes[node_id])
+
+
+def _node_steps(graph: Graph, node: Node) -> tuple[Step, ...]:
+    """A thread node's steps, memoized on it while its calls' results stay as they are (a
+    long branch is walked on every request; most of its nodes never change again)."""
+    calls = [graph.nodes[c] for c in node.calls]
+    state = tuple(c.result_seq for c in calls)
+    cached = node.cache.get(_STEPS_KEY)
+    if cached is not None and cached[0] == state:
+        return cached[1]  # type: ignore[no-any-return]
+    steps = [Step(_node_fingerprint(graph, node), node.id, False)]
+    answered = [c for c in calls if c.kind == "tool" and c.answered]
+    for call in sorted(answered, key=lambda c: c.tool_use_id or ""):
+        steps.append(Step(_call_fingerprint(call), node.id, True))
+    node.cache[_STEPS_KEY] = (state, tuple(steps))
+    return tuple(steps)
+
+
+def _in_order(specs: list[Spec], fingerprints: list[str]) -> tuple[list[Spec], list[str]]:
+    """Specs and their fingerprints with each run of results sorted by tool_use id (the order a
+    client lists one message's results in carries no meaning)."""
+    out_specs: list[Spec] = []
+    out_fingerprints: list[str] = []
+    run: list[tuple[ResultSpec, str]] = []
+    for spec, fingerprint in [*zip(specs, fingerprints, strict=True), (None, "")]:
+        if isinstance(spec, ResultSpec):
+            run.append((spec, fingerprint))
+            continue
+        for result, result_fingerprint in sorted(run, key=lambda r: r[0].tool_use_id):
+            out_specs.append(result)
+            out_fingerprints.append(result_fingerprint)
+        run = []
+        if spec is not None:
+            out_specs.append(spec)
+            out_fingerprints.append(fingerprint)
+    return out_specs, out_fingerprints
 
 
 def request_fingerprints(specs: list[Spec]) -> list[str]:
-    """The fingerprints of a request's specs, each run of results sorted by tool_use id (the
-    order a client lists one message's results in carries no meaning)."""
-    out: list[str] = []
-    run: list[ResultSpec] = []
-    for spec in [*specs, None]:
-        if isinstance(spec, ResultSpec):
-            run.append(spec)
-            continue
-        for result in sorted(run, key=lambda r: r.tool_use_id):
-            out.append(spec_fingerprint(result))
-        run = []
-        if spec is not None:
-            out.append(spec_fingerprint(spec))
-    return out
+    """The fingerprints of a request's specs, in `sorted_specs`'s order."""
+    return _in_order(specs, [spec_fingerprint(s) for s in specs])[1]
 
 
 def chain(fingerprints: list[str]) -> list[str]:
@@ -141,17 +164,76 @@ def chain(fingerprints: list[str]) -> list[str]:
 
 def sorted_specs(specs: list[Spec]) -> list[Spec]:
     """`specs` with each run of results in the order `request_fingerprints` counts them."""
-    out: list[Spec] = []
-    run: list[ResultSpec] = []
-    for spec in [*specs, None]:
-        if isinstance(spec, ResultSpec):
-            run.append(spec)
-            continue
-        out.extend(sorted(run, key=lambda r: r.tool_use_id))
-        run = []
-        if spec is not None:
-            out.append(spec)
-    return out
+    return _in_order(specs, [""] * len(specs))[0]
+
+
+@attrs.frozen
+class History:
+    """A request's history read for matching: its messages (as the wire read them), its specs
+    in `sorted_specs`'s order with their fingerprints, and where each message's specs end
+    (`ends`). Kept to read the conversation's next request, which repeats all of this but its
+    tail: the messages equal to the ones kept at their places (a C-level comparison) are not
+    decomposed or digested again, and their kept copies — the ones the session stored when
+    they were new — are the ones held on to."""
+
+    messages: list[Any]
+    specs: list[Spec]
+    fingerprints: list[str]
+    ends: list[int]
+
+    def reusable(self, messages: list[Any]) -> int:
+        """How many of `messages` this reading covers: the ones equal to those kept, back to
+        the last that ends outside a run of results (a run's order may take in the next
+        message's results)."""
+        kept = 0
+        for old, new in zip(self.messages, messages, strict=False):
+            if old != new:
+                break
+            kept += 1
+        while (
+            kept
+            and self.ends[kept - 1]
+            and isinstance(self.specs[self.ends[kept - 1] - 1], ResultSpec)
+        ):
+            kept -= 1
+        return kept
+
+
+def read_history(
+    decompose: Callable[[Any], list[Spec]],
+    messages: list[Any],
+    earlier: History | None = None,
+    *,
+    by_message: bool = True,
+    kept: int | None = None,
+) -> History:
+    """`messages` as specs with their fingerprints, reusing what `earlier` (the same
+    conversation's previous request) read of the messages both start with (`kept`, when
+    `earlier.reusable` told already). `by_message`: each message decomposes on its own (its
+    specs never depend on its neighbours); otherwise the whole history is read at once and
+    nothing is reused. `InvalidContent` as `decompose` raises it for the whole history."""
+    if not by_message:
+        specs = decompose(messages)
+        ordered, fingerprints = _in_order(specs, [spec_fingerprint(s) for s in specs])
+        return History([], ordered, fingerprints, [])
+    if kept is None:
+        kept = earlier.reusable(messages) if earlier is not None else 0
+    held = earlier.ends[kept - 1] if earlier is not None and kept else 0
+    fresh: list[Spec] = []
+    ends = earlier.ends[:kept] if earlier is not None else []
+    try:
+        for message in messages[kept:]:
+            fresh += decompose([message])
+            ends.append(held + len(fresh))
+    except InvalidContent:
+        decompose(messages)  # raises it again, naming the message by its place in the request
+        raise
+    specs, fingerprints = _in_order(fresh, [spec_fingerprint(s) for s in fresh])
+    if earlier is not None:
+        specs = earlier.specs[:held] + specs
+        fingerprints = earlier.fingerprints[:held] + fingerprints
+    kept_messages = earlier.messages[:kept] if earlier is not None else []
+    return History([*kept_messages, *messages[kept:]], specs, fingerprints, ends)
 
 
 @attrs.frozen

@@ -19,6 +19,7 @@ that request only, logged with why and counted on its session (`PASSTHROUGH`).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import re
@@ -47,7 +48,7 @@ from ..context.visibility import ViewOptions
 from ..service.app import App
 from ..service.compaction import cascade
 from ..service.stats import Recorder, RequestRow, Usage
-from .history import PassThrough, chain, match, request_fingerprints, sorted_specs
+from .history import History, PassThrough, chain, match, read_history
 from .http import (
     HOP_BY_HOP,
     Upstream,
@@ -83,6 +84,10 @@ ANTHROPIC_API = "api.anthropic.com"
 """The upstream known to apply context edits before the prompt reaches the model."""
 KEYLESS_SESSIONS = 64
 """Sessions one opening may start among requests that name none (see `Proxy._keyless`)."""
+KEPT_HISTORIES = 64
+"""Conversations whose latest request's reading is kept to read their next one (`History`)."""
+INLINE_TAIL = 16
+"""Messages new to a conversation's request that are read on the loop (`Proxy._read`)."""
 
 
 @attrs.frozen
@@ -159,6 +164,10 @@ class Proxy:
             weakref.WeakValueDictionary()
         )
         self._recalled: dict[tuple[str, str], list[dict[str, Any]]] = {}  # notes to add
+        # (wire, session key) -> its latest request's history as read, least recent first
+        self._histories: collections.OrderedDict[tuple[str, str], History] = (
+            collections.OrderedDict()
+        )
         self._http: aiohttp.ClientSession | None = None
         self._answered_at: dict[str, float] = {}  # upstream -> when it last answered
         self.counts = {"requests": 0, "upstream_errors": 0, "overflow_retries": 0}
@@ -483,13 +492,10 @@ class Proxy:
         cascade cannot bring under its window is refused as the API refuses a prompt too long,
         and writes nothing."""
         try:
-            specs = sorted_specs(wire.decompose(turn.messages))
+            specs, fingerprints = await self._read(wire, turn)
         except InvalidContent as exc:
             raise PassThrough(f"its history cannot be read as compactd stores it ({exc})") from None
-        fingerprints: list[str] | None = None
-        if not turn.key.named:  # the session is chosen by them (else they are made in its turn)
-            fingerprints = await self.app.work.run(None, lambda: request_fingerprints(specs))
-        sid = await self._session_for(turn.key, fingerprints or [])
+        sid = await self._session_for(turn.key, fingerprints)
         held = self.credentials.get(sid)
         self.credentials[sid] = Credentials(  # the fields of the last request sent stay
             wire.credentials(request.headers, request.query),
@@ -534,16 +540,9 @@ class Proxy:
         if sid not in self.engine.sessions and not self.engine.library.exists(sid):
             self.engine.open(sid, config, meta, unborn=True)
 
-    def _keep(
-        self,
-        session: Session,
-        specs: list[Spec],
-        fingerprints: list[str] | None,
-    ) -> Placed:
+    def _keep(self, session: Session, specs: list[Spec], fingerprints: list[str]) -> Placed:
         """`place`'s first step, in the session's turn: the tail on its branch, held."""
         sid = session.id
-        if fingerprints is None:
-            fingerprints = request_fingerprints(specs)
         found = match(session.graph, fingerprints, self._branch.get(sid))
         placed = Placed(sid, found.branch, self.engine.policy(session).recall)
         tail = specs[found.shared :]
@@ -822,12 +821,42 @@ class Proxy:
             notes = [as_note(c, r) for c, r in zip(calls, results, strict=True)]
             self._recalled[(placed.session_id, placed.branch)] = notes
 
+    async def _read(self, wire: Wire, turn: Turn) -> tuple[list[Spec], list[str]]:
+        """The request's history as specs, in the order they are matched, and their
+        fingerprints; what the conversation's previous request read of the messages this one
+        repeats is reused (`History`). A new tail of a few messages is read on the loop (a
+        worker's round trip would cost more), anything longer off it. `InvalidContent` if it
+        cannot be read as compactd stores it."""
+        key = (wire.name, turn.key.value)
+        earlier = self._histories.get(key)
+        kept = None
+        if earlier is not None and wire.decompose_by_message:
+            kept = earlier.reusable(turn.messages)  # one C-level comparison a message
+
+        def read() -> History:
+            return read_history(
+                wire.decompose,
+                turn.messages,
+                earlier,
+                by_message=wire.decompose_by_message,
+                kept=kept,
+            )
+
+        if kept is not None and len(turn.messages) - kept <= INLINE_TAIL:
+            history = read()
+        else:
+            history = await self.app.work.run(None, read)
+        self._histories[key] = history
+        self._histories.move_to_end(key)
+        while len(self._histories) > KEPT_HISTORIES:
+            self._histories.popitem(last=False)
+        return history.specs, history.fingerprints
+
     async def _counted_body(self, wire: Wire, turn: Turn) -> dict[str, Any] | None:
         try:
-            specs = sorted_specs(wire.decompose(turn.messages))
+            _specs, fingerprints = await self._read(wire, turn)
         except InvalidContent:
             return None
-        fingerprints = await self.app.work.run(None, lambda: request_fingerprints(specs))
         sid = await self._known_session(turn.key, fingerprints)
         if sid is None:
             return None

@@ -177,6 +177,8 @@ class Wire(abc.ABC):
     relayed_headers: ClassVar[tuple[str, ...]] = ()  # kept beside them for a summary
 
     decompose: ClassVar[Callable[[Any], list[Spec]]] = staticmethod(from_anthropic)
+    # each message decomposes on its own (a repeated one is not read again: `history`)
+    decompose_by_message: ClassVar[bool] = True
 
     @abc.abstractmethod
     def routes(self) -> list[Route]: ...

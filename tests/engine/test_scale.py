@@ -73,6 +73,47 @@ def test_kept_projection_equals_a_fresh_one(engine: Engine) -> None:
     render(engine, sid)
 
 
+def test_drafts_apply_after_the_kept_projection_as_after_every_record(engine: Engine) -> None:
+    """A tier's drafts are applied to the kept projection (no rebuild of every snip): the
+    same projection, and the same hidden runs, as building from every record and the drafts."""
+    sid = new_session(engine, "drafts")
+    _turns(engine, sid, 0, 12)
+    _snip(engine, sid, [1, 2])
+    g = engine.session(sid).graph
+    path = g.branch_path()
+    tools = [n.id for n in g.nodes.values() if n.kind == "tool"][4:6]
+    first = turns_of(path)[0]
+    engine.session(sid).add_records(
+        [
+            {"kind": "clear", "covers": tools, "data": {"results": tools}},
+            {
+                "kind": "summary",
+                "covers": path.ids[first.start : first.end],
+                "data": {"turns": [first.start_id], "text": "s"},
+            },
+        ]
+    )
+    _snip(engine, sid, [3, 6])
+    _snip(engine, sid, [2, 7])  # a turn snipped twice: the first record keeps it
+    written = list(g.records)
+    assert len(written) == 5
+    splits = [(written[:k], written[k:]) for k in range(len(written) + 1)]
+    assert written[1].kind == "clear"
+    splits.append(([r for r in written if r.kind != "clear"], [written[1]]))  # a clear alone
+    for kept, drafts in splits:
+        g.records[:] = kept
+        g.records_version += 1
+        hidden_runs(project(g, path), path)  # the kept one's runs, worked out already
+        assert all(g.record_applies(r, path) for r in drafts)
+        got = project(g, path, drafts)
+        fresh = _build(g, path, [*applicable(g, path), *drafts])[0]
+        _same(got, fresh)
+        assert got.summary_through == fresh.summary_through
+        assert hidden_runs(got, path) == hidden_runs(fresh, path)
+        _same(project(g, path), _build(g, path, applicable(g, path))[0])  # the kept one as was
+    g.records[:] = written
+
+
 def test_hidden_runs_and_visible_turns(engine: Engine) -> None:
     sid = new_session(engine, "runs")
     _turns(engine, sid, 0, 10)
