@@ -1,8 +1,10 @@
 """The economy table: every shared Claude Code session replayed at 200K, 64K and 48K, compactd
-beside each anchor policy (`compactd replay`'s figures, economy.md's instrument).
+beside each anchor policy (`compactd replay`'s figures, economy.md's instrument); with `--codex`,
+the two shared Codex sessions instead (their own rows: a different agent, model and tokenizer).
 
     .venv/bin/python bench/replays.py run OUT_DIR              # every session at every window
     .venv/bin/python bench/replays.py run OUT_DIR --windows 64000 --only 64da7265
+    .venv/bin/python bench/replays.py run CODEX_DIR --codex    # the Codex sessions
     .venv/bin/python bench/replays.py table OUT_DIR [--before OLD_DIR]
 
 `run` writes one JSON report per session and window (`<session>-<window>.json`, the report
@@ -38,6 +40,7 @@ SESSIONS = sorted(
         *(TRANSCRIPTS / "more" / "claude-code").glob("*.jsonl"),
     ]
 )
+CODEX = sorted((TRANSCRIPTS / "more" / "codex").glob("rollout-*.jsonl"))
 WINDOWS = (200_000, 64_000, 48_000)
 SETTINGS = {"reserve": 8_000, "ttl": "1h", "system_tokens": 20_000, "write_price": 1.25}
 ANCHORS = {
@@ -46,6 +49,13 @@ ANCHORS = {
     "claude-code": "CC-like",
     "server": "server-side",
 }
+
+
+def label(path: str | Path) -> str:
+    """A session's short name: its id's first eight characters (a Codex rollout's file name
+    starts with `rollout-` and its start time, then the id)."""
+    name = Path(path).name
+    return name.removeprefix("rollout-")[20:28] if name.startswith("rollout-") else name[:8]
 
 
 def replay_one(
@@ -92,10 +102,11 @@ def run(args: argparse.Namespace) -> int:
     config = orjson.loads(args.config) if args.config else {}
     windows = [int(w) for w in args.windows.split(",")] if args.windows else WINDOWS
     only = args.only or []
-    sessions = [p for p in SESSIONS if not only or any(p.name.startswith(o) for o in only)]
+    fleet = CODEX if args.codex else SESSIONS
+    sessions = [p for p in fleet if not only or any(label(p).startswith(o) for o in only)]
     for path in sessions:
         for window in windows:
-            target = out / f"{path.stem[:8]}-{window // 1000}k.json"
+            target = out / f"{label(path)}-{window // 1000}k.json"
             if target.exists() and not args.again:
                 continue
             start = time.monotonic()
@@ -186,7 +197,7 @@ def _load(folder: Path) -> dict[tuple[str, int], dict[str, Any]]:
     out = {}
     for path in folder.glob("*.json"):
         report = orjson.loads(path.read_bytes())
-        out[(Path(report["source"]).name[:8], report["window"])] = report
+        out[(label(report["source"]), report["window"])] = report
     return out
 
 
@@ -205,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         help="a sensitivity, not economy.md's instrument: every policy reads its system prompt "
         "and tools back after any change, at the breakpoint agents put there",
     )
+    p.add_argument("--codex", action="store_true", help="the shared Codex sessions instead")
     p = sub.add_parser("table", help="the Markdown table of a run")
     p.add_argument("out")
     p.add_argument("--before", help="an earlier run's folder: figures as before → after")

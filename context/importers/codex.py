@@ -3,17 +3,25 @@
 Each line is `{timestamp, type, payload}`. What we map, in Anthropic format:
 
 * `response_item` items of one model response (`reasoning`, assistant `message`, `function_call`,
-  `custom_tool_call`, `local_shell_call`) are consecutive in the log and form one assistant
-  message; a `function_call` becomes `tool_use` with `id = call_id` and `input` = its parsed
-  JSON arguments (or `{"raw": arguments}` when they are not a JSON object). The matching
-  `*_output` item (paired by `call_id`) becomes a `tool_result` with the output text as the
-  model saw it; an output object with `success: false` sets `is_error`.
+  `custom_tool_call`, `local_shell_call`, `tool_search_call`, `web_search_call`) are consecutive
+  in the log and form one assistant message; a `function_call` becomes `tool_use` with `id =
+  call_id` and `input` = its parsed JSON arguments (or `{"raw": arguments}` when they are not a
+  JSON object), its name prefixed by its `namespace` when it has one (an app's tool, such as
+  `mcp__codex_apps__github` + `_create_issue`). The matching `*_output` item (paired by
+  `call_id`) becomes a `tool_result` with the output text as the model saw it; an output object
+  with `success: false` sets `is_error`. A `tool_search_call` (Codex looking up deferred tools)
+  is a `tool_search` call whose result is the JSON of the tools it loaded.
+* A `web_search_call` is the API's hosted search, run inside the response: it has no output item
+  and its results reach the model only in its own context, so it is kept as a text block saying
+  what was searched (`[web search: …]`), not as a call that would wait for a result.
 * `reasoning` is encrypted, so no thinking block is invented: its readable summary is kept as a
   Note (`codex_reasoning`) just before the message it belongs to.
 * User messages whose text is injected context (`<environment_context>`, `<user_instructions>`,
-  AGENTS.md instructions) and `developer` messages become `"meta": True` user messages.
+  AGENTS.md instructions, a `<skill>` the user named) and `developer` messages become `"meta":
+  True` user messages.
 * `event_msg` `token_count` → the `ModelCall` usage of the response it was reported for. Codex
-  repeats the same count after every turn context; only a changed total is a new request. The
+  repeats the same count after every turn context; only a changed total is a new request (0.58
+  wrote it before the response's items, 0.140 and later after its calls' outputs). The
   per-request `last_token_usage` is mapped by `openai_usage_to_anthropic`: `input_tokens =
   input - cached`, `cache_read_input_tokens = cached`, `cache_creation_input_tokens = 0` (OpenAI
   does not bill cache writes), `output_tokens = output` (reasoning tokens are part of it).
@@ -22,9 +30,10 @@ Each line is `{timestamp, type, payload}`. What we map, in Anthropic format:
   `message` is the summary, and the user messages of its `replacement_history` are carried
   over verbatim (Codex keeps the newest ones, up to 20K tokens).
 
-Other `event_msg`s duplicate response items (user_message, agent_message, agent_reasoning) or are
-UI events; they and `ghost_snapshot` items are skipped and counted in `warnings`. The rollout does
-not record the base system prompt (only newer versions write `base_instructions`).
+Other `event_msg`s duplicate response items (user_message, agent_message, agent_reasoning,
+mcp_tool_call_end, patch_apply_end, web_search_end, context_compacted) or are UI events; they and
+`ghost_snapshot` items are skipped and counted in `warnings`. Older rollouts do not record the
+base system prompt (newer versions write `base_instructions`, kept as the system prompt).
 """
 
 from __future__ import annotations
@@ -48,14 +57,22 @@ from .jsonio import (
 )
 from .plan import MAIN, Compaction, ImportedSession, Note
 
-_CALL_TYPES = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
+_CALL_TYPES = frozenset(
+    {"function_call", "custom_tool_call", "local_shell_call", "tool_search_call"}
+)
 _OUTPUT_TYPES = frozenset(
-    {"function_call_output", "custom_tool_call_output", "local_shell_call_output"}
+    {
+        "function_call_output",
+        "custom_tool_call_output",
+        "local_shell_call_output",
+        "tool_search_output",
+    }
 )
 _INJECTED_PREFIXES = (
     "<environment_context>",
     "<user_instructions>",
     "# AGENTS.md instructions",
+    "<skill>",
 )
 
 
@@ -134,6 +151,8 @@ class _RolloutImport:
             self.builder.note_before_message(Note("codex_reasoning", data, timestamp))
         elif kind in _CALL_TYPES:
             self._model_output([self._tool_use(item)], timestamp)
+        elif kind == "web_search_call":
+            self._model_output([{"type": "text", "text": _web_search_text(item)}], timestamp)
         elif kind == "message" and role == "assistant":
             self._model_output(_blocks(item.get("content")), timestamp)
         elif kind == "message" and role in ("user", "developer", "system"):
@@ -170,14 +189,22 @@ class _RolloutImport:
             action = item.get("action")
             call_input = action if isinstance(action, dict) else {"raw": action}
             name = "local_shell"
+        elif kind == "tool_search_call":
+            call_input = tool_input(item.get("arguments"))
+            name = "tool_search"
         else:
             raw = item.get("arguments") if kind == "function_call" else item.get("input")
             call_input = tool_input(raw)
             name = str(item.get("name") or kind)
+            namespace = item.get("namespace")
+            if isinstance(namespace, str) and namespace:
+                name = namespace + name  # an app's tool: the namespace names its server
         return {"type": "tool_use", "id": call_id, "name": name, "input": call_input}
 
     def _tool_result(self, item: dict[str, Any]) -> dict[str, Any]:
         output = item.get("output")
+        if item.get("type") == "tool_search_output":  # the tool definitions it loaded
+            output = orjson.dumps(item.get("tools")).decode()
         is_error = False
         if isinstance(output, dict):  # {content, success} in some versions
             is_error = output.get("success") is False
@@ -220,9 +247,10 @@ class _RolloutImport:
             as_int(last.get("cached_input_tokens")),
             as_int(last.get("output_tokens")),
         )
-        # Reported after the response's items (then it belongs to the open response) or
-        # before them (then to the next one).
-        if not (self.response_open and self.builder.attach_usage(usage)):
+        # Codex 0.58 wrote the count before the response's items (it belongs to the next
+        # response, and the last one already has its own); since 0.140 it comes when the
+        # response is done — after its calls' outputs — and belongs to the last response.
+        if not self.builder.attach_usage(usage):
             self.pending_usage = usage
 
     def _turn_context(self, context: dict[str, Any], timestamp: float | None) -> None:
@@ -273,6 +301,24 @@ def _compaction(payload: dict[str, Any], timestamp: float | None) -> Compaction 
     return Compaction(
         summary or ENCRYPTED_SUMMARY, "codex", user_requests=requests, timestamp=timestamp
     )
+
+
+def _web_search_text(item: dict[str, Any]) -> str:
+    """A hosted web search the model ran inside its response: the API answers it in the model's
+    own (encrypted) context, with no output item, so what is kept is what was searched."""
+    action = item.get("action")
+    if not isinstance(action, dict):
+        return "[web search]"
+    kind = action.get("type")
+    if kind == "search":
+        queries = action.get("queries") or [action.get("query")]
+        shown = "; ".join(str(q) for q in queries if q)
+        return f"[web search: {shown}]"
+    if kind == "open_page":
+        return f"[web search: opened {action.get('url')}]"
+    if kind == "find":
+        return f"[web search: looked for {action.get('pattern')!r} in {action.get('url')}]"
+    return f"[web search: {orjson.dumps(action).decode()}]"
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:

@@ -36,7 +36,19 @@ from tests.support.invariants import check_anthropic_pairing, server_view
 TRANSCRIPTS = Path(__file__).resolve().parents[1] / "data" / "transcripts" / "claude-code"
 LARGEST = TRANSCRIPTS / "64da7265-8f07-4967-b79f-0ae374c13330.jsonl"
 SMALLER = TRANSCRIPTS / "fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
-ALL = sorted(TRANSCRIPTS.glob("*.jsonl"))
+CODEX = sorted((TRANSCRIPTS.parent / "more" / "codex").glob("*.jsonl"))  # codex-tui 0.140, 0.142
+ALL = [*sorted(TRANSCRIPTS.glob("*.jsonl")), *CODEX]
+
+
+def short(path: Path) -> str:
+    """A transcript's test id: its session id's first eight characters."""
+    return (
+        path.name.removeprefix("rollout-")[20:28]
+        if path.name.startswith("rollout-")
+        else path.name[:8]
+    )
+
+
 TIERS = ("reactive", "microcompact", "snip", "collapse", "summary")
 
 
@@ -71,7 +83,7 @@ class ReplayReport(Stats):
 
     def line(self) -> str:
         return (
-            f"{self.path.name[:8]} window {self.window:,} provider {self.provider}: main "
+            f"{short(self.path)} window {self.window:,} provider {self.provider}: main "
             f"{self.steps} steps, fired {self.fired_text()}, peak {self.peak:,} of "
             f"{self.limit:,}; sub-agents {self.functions.steps} steps, fired "
             f"{self.functions.fired_text()}, peak {self.functions.peak:,} ({self.seconds:.1f} s)"

@@ -1,6 +1,6 @@
-"""Replays of every shared Claude Code transcript under the cascade (see `replay.py` for what is
-checked after every render): with the offline digest provider at 32K and 64K windows, and with
-no provider at all at 64K for the smaller transcript."""
+"""Replays of every shared Claude Code transcript and the newer Codex rollouts under the cascade
+(see `replay.py` for what is checked after every render): with the offline digest provider at
+32K and 64K windows, and with no provider at all at 64K for the smaller transcript."""
 
 from __future__ import annotations
 
@@ -8,16 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.cascade.replay import ALL, LARGEST, SMALLER, replay, replayed
+from tests.cascade.replay import ALL, CODEX, LARGEST, SMALLER, replay, replayed, short
 
 pytestmark = pytest.mark.slow
 
 # main-thread and sub-agent model calls of each transcript (the importer tests count them)
-STEPS = {LARGEST.name: (82, 74), SMALLER.name: (9, 161)}
+STEPS = {
+    LARGEST.name: (82, 74),
+    SMALLER.name: (9, 161),
+    CODEX[0].name: (278, 0),
+    CODEX[1].name: (180, 0),
+}
 
 
 @pytest.mark.parametrize("window", [32_000, 64_000])
-@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name[:8])
+@pytest.mark.parametrize("path", ALL, ids=short)
 def test_every_render_of_the_replay_fits_and_keeps_the_invariants(path: Path, window: int) -> None:
     report = replayed(path, window, "digest")
     print(report.line())

@@ -40,7 +40,12 @@ from tests.engine.helpers import (
 )
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "transcripts"
-TRANSCRIPTS = sorted(p for p in DATA.glob("*/*") if p.is_file() and p.suffix in (".jsonl", ".traj"))
+TRANSCRIPTS = sorted(
+    [
+        *(p for p in DATA.glob("*/*") if p.is_file() and p.suffix in (".jsonl", ".traj")),
+        *(DATA / "more" / "codex").glob("*.jsonl"),  # the newer Codex rollouts (0.140, 0.142)
+    ]
+)
 
 CUT_NOTE = re.compile(
     r"\[… ([\d,]+) characters(?: \(lines (\d+)–(\d+) of (\d+) omitted\))? truncated by "
@@ -90,7 +95,7 @@ def engine(tmp_path: Path) -> Engine:
     return Engine(FileStore(tmp_path))
 
 
-@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name[:16]}")
+@pytest.mark.parametrize("path", TRANSCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name[:24]}")
 def test_recall_changes_only_the_notes_on_the_transcripts(path: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         engine = Engine(FileStore(tmp), summary_provider="digest")

@@ -45,7 +45,12 @@ from tests.engine.helpers import (
 from tests.support.invariants import thinking_sequence
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "transcripts"
-TRANSCRIPTS = sorted(p for p in DATA.glob("*/*") if p.is_file() and p.suffix in (".jsonl", ".traj"))
+TRANSCRIPTS = sorted(
+    [
+        *(p for p in DATA.glob("*/*") if p.is_file() and p.suffix in (".jsonl", ".traj")),
+        *(DATA / "more" / "codex").glob("*.jsonl"),  # the newer Codex rollouts (0.140, 0.142)
+    ]
+)
 
 
 @functools.cache

@@ -22,6 +22,10 @@ EXPECTED_FORMATS = {
         "claude-code"
     ),
     CODEX.relative_to(TRANSCRIPTS).as_posix(): "codex",
+    **{
+        p.relative_to(TRANSCRIPTS).as_posix(): "codex"
+        for p in (TRANSCRIPTS / "more/codex").glob("*")
+    },
     "openhands/multi_swe_bench_output.jsonl": "openhands",
     "swe-agent/pydicom__pydicom-1458.traj": "swe-agent",
 }
@@ -94,7 +98,7 @@ def test_a_truncated_rollout_is_named_as_such(tmp_path):
 def test_test_data_matches_its_recorded_checksums():
     readme = (TRANSCRIPTS / "README.md").read_text()
     table = re.findall(r"^([0-9a-f]{64})  (\S+)$", readme, flags=re.MULTILINE)
-    assert len(table) == 28
+    assert len(table) == 31
     files = {path.relative_to(TRANSCRIPTS).as_posix() for path in TRANSCRIPTS.rglob("*")}
     files = {name for name in files if (TRANSCRIPTS / name).is_file() and name != "README.md"}
     assert {name for _digest, name in table} == files
