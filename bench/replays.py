@@ -58,7 +58,9 @@ def label(path: str | Path) -> str:
     return name.removeprefix("rollout-")[20:28] if name.startswith("rollout-") else name[:8]
 
 
-def replay_one(path: Path, window: int, config: dict[str, Any]) -> dict[str, Any]:
+def replay_one(
+    path: Path, window: int, config: dict[str, Any], system_breakpoint: bool = False
+) -> dict[str, Any]:
     from compactd.context.engine import Engine
     from compactd.context.importers import load_transcript
     from compactd.context.replay import ReplayOptions, replay
@@ -68,7 +70,12 @@ def replay_one(path: Path, window: int, config: dict[str, Any]) -> dict[str, Any
     with tempfile.TemporaryDirectory() as tmp:
         engine = Engine(FileStore(tmp), summary_provider="digest")
         imported = load_transcript(str(path))[0]
-        options = ReplayOptions(window=window, config={"recall": True, **config}, **SETTINGS)
+        options = ReplayOptions(
+            window=window,
+            config={"recall": True, **config},
+            system_breakpoint=system_breakpoint,
+            **SETTINGS,
+        )
         report = drive(replay(engine, imported, options), digest_answer)
     out = report.to_json()
     # each step in brief: enough to see where the cost went
@@ -103,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
             if target.exists() and not args.again:
                 continue
             start = time.monotonic()
-            report = replay_one(path, window, config)
+            report = replay_one(path, window, config, args.system_breakpoint)
             report["seconds"] = round(time.monotonic() - start, 1)
             target.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
             print(f"{target.name}: {report['seconds']} s", file=sys.stderr, flush=True)
@@ -203,6 +210,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", nargs="*", help="session id prefixes")
     p.add_argument("--config", help="session config overrides, as JSON")
     p.add_argument("--again", action="store_true", help="replay even where a report exists")
+    p.add_argument(
+        "--system-breakpoint",
+        action="store_true",
+        help="a sensitivity, not economy.md's instrument: every policy reads its system prompt "
+        "and tools back after any change, at the breakpoint agents put there",
+    )
     p.add_argument("--codex", action="store_true", help="the shared Codex sessions instead")
     p = sub.add_parser("table", help="the Markdown table of a run")
     p.add_argument("out")

@@ -58,18 +58,29 @@ class CacheModel:
     """The provider's cache as seen by one client, request after request."""
 
     def __init__(
-        self, ttl: str = "5m", min_prefix_tokens: int = 1024, write_price: float | None = None
+        self,
+        ttl: str = "5m",
+        min_prefix_tokens: int = 1024,
+        write_price: float | None = None,
+        system_breakpoint: bool = False,
     ) -> None:
         if ttl not in TTL_SECONDS:
             raise ValueError(f"ttl must be one of {sorted(TTL_SECONDS)}")
         self.ttl = ttl
+        # the sensitivity economy.md leaves out: the API also reads back a prefix that ends at
+        # a breakpoint an earlier request wrote, and agents mark their system prompt
+        self.system_breakpoint = system_breakpoint
         self.ttl_seconds = TTL_SECONDS[ttl]
         self.write_price = write_price or (WRITE_1H if ttl == "1h" else WRITE_5M)
         self.min_prefix_tokens = min_prefix_tokens
         self.entries: list[_Entry] = []
 
-    def request(self, blocks: list[Block], at: float, output_tokens: int = 0) -> Charge:
-        """Price one request sent at time `at` (seconds), then remember it."""
+    def request(
+        self, blocks: list[Block], at: float, output_tokens: int = 0, fixed: int = 0
+    ) -> Charge:
+        """Price one request sent at time `at` (seconds), then remember it. `fixed`: how many
+        leading blocks are the tools and system prompt — with `system_breakpoint`, read back
+        whenever a live request began with them."""
         keys = tuple(k for k, _ in blocks)
         cumulative: list[int] = []
         running = 0
@@ -84,6 +95,11 @@ class CacheModel:
             n = len(entry.keys)
             if n <= len(keys) and n > best_len and keys[:n] == entry.keys:
                 best, best_len = entry, n
+        if self.system_breakpoint and best_len < fixed <= len(keys):
+            for entry in self.entries:
+                if len(entry.keys) >= fixed and entry.keys[:fixed] == keys[:fixed]:
+                    best, best_len = entry, fixed
+                    break
         read = cumulative[best_len - 1] if best_len else 0
         if best is not None:
             best.expires = at + self.ttl_seconds

@@ -106,6 +106,9 @@ class ReplayOptions:
     # hour; the economy notes' instrument prices every write at 1.25×)
     write_price: float | None = None
     anchors: bool = True  # price the anchor policies (Codex-like, opencode-like) beside
+    # a sensitivity, not economy.md's instrument: the system prompt and tools are read back
+    # after any change (the API reads at the breakpoint agents put on them)
+    system_breakpoint: bool = False
 
 
 @attrs.frozen
@@ -568,8 +571,11 @@ def replay(
     applier = OpApplier(session)
     session.clock = lambda: applier.now
     ttl_seconds = TTL_SECONDS[options.ttl]
-    cache = CacheModel(options.ttl, write_price=options.write_price)
-    base_cache = CacheModel(options.ttl, write_price=options.write_price)
+    fixed_prefix = options.system_breakpoint
+    cache = CacheModel(options.ttl, write_price=options.write_price, system_breakpoint=fixed_prefix)
+    base_cache = CacheModel(
+        options.ttl, write_price=options.write_price, system_breakpoint=fixed_prefix
+    )
     write_price = cache.write_price
     policies = ["compactd"] + ["baseline"] * options.baseline
     policies += ["recorded"] * any(r.usage for r in recorded)
@@ -647,9 +653,20 @@ def replay(
             )
         limit, window = rendered.budget.limit, rendered.budget.window
         if not anchors and options.anchors:
-            anchors = _anchors(system_tokens, window, limit, options.ttl, options.write_price)
+            anchors = _anchors(
+                system_tokens,
+                window,
+                limit,
+                options.ttl,
+                options.write_price,
+                options.system_breakpoint,
+            )
         items_sent = request_items(rendered, engine.counter, terms)
-        charge = cache.request(scaled([(i.key, i.tokens) for i in items_sent], ratio), at)
+        fixed = next(
+            (n for n, i in enumerate(items_sent) if i.category not in ("tools", "system")),
+            len(items_sent),
+        )
+        charge = cache.request(scaled([(i.key, i.tokens) for i in items_sent], ratio), at, 0, fixed)
         rewrite = _rewrote(last_request.get(thread), at, charge, ttl_seconds)
         last_request[thread] = (at, charge.tokens)
         calls = meter.take()
@@ -717,7 +734,7 @@ def replay(
         items = [attrs.evolve(i, tokens=round(i.tokens * ratio)) for i in rec.items]
         if "baseline" in totals:
             base_blocks = [system_block, *((i.key, i.tokens) for i in items)]
-            base_charge = base_cache.request(base_blocks, at)
+            base_charge = base_cache.request(base_blocks, at, 0, 1)
             base_rewrite = _rewrote(base_last.get(thread), at, base_charge, ttl_seconds)
             base_last[thread] = (at, base_charge.tokens)
             for scope in scopes:
@@ -738,7 +755,7 @@ def replay(
                 place = VISIBLE if in_view(use.term, keys, terms) else FURTHER
                 for scope in scopes:
                     scope.setdefault(anchor.NAME, Totals()).fidelity.add(place)
-            anchor_charge = anchor_cache.request(sent.blocks, at)
+            anchor_charge = anchor_cache.request(sent.blocks, at, 0, 1)
             anchor_rewrite = _rewrote(anchor_last.get(thread), at, anchor_charge, ttl_seconds)
             anchor_last[thread] = (at, anchor_charge.tokens)
             for scope in scopes:
@@ -864,7 +881,12 @@ def _tool_use_ids(request: dict[str, Any]) -> set[str]:
 
 
 def _anchors(
-    system_tokens: dict[str, int], window: int, limit: int, ttl: str, write_price: float | None
+    system_tokens: dict[str, int],
+    window: int,
+    limit: int,
+    ttl: str,
+    write_price: float | None,
+    system_breakpoint: bool = False,
 ) -> list[tuple[Any, CacheModel, dict[str, tuple[float, int]]]]:
     """The anchor policies, each with a cache of its own and its threads' last requests."""
     systems = {kind: (b"system:" + kind.encode(), t) for kind, t in system_tokens.items()}
@@ -874,7 +896,10 @@ def _anchors(
         ClaudeCodeLike(systems, window, limit),
         ServerSideCompaction(systems, window, limit),
     ]
-    return [(p, CacheModel(ttl, write_price=write_price), {}) for p in policies]
+    return [
+        (p, CacheModel(ttl, write_price=write_price, system_breakpoint=system_breakpoint), {})
+        for p in policies
+    ]
 
 
 class Meter:

@@ -471,7 +471,7 @@ def keep_if_paid(run: Run) -> None:
     run.withdraw(CLEAR)
     cands = _candidates(run)
     if run.total <= run.limit and cands.any:
-        pays, saved, rewritten = clear_pays(run, cands, _mode(run))
+        pays, saved, rewritten = clear_pays(run, cands, _mode(run), whole=False)
         if not pays:
             run.note(
                 TIER,
@@ -488,21 +488,27 @@ def _mode(run: Run) -> str:
     return "cache" if server_path(run.policy, run.spec) else "time"
 
 
-def clear_pays(run: Run, cands: Candidates, mode: str = "time") -> tuple[bool, int, int]:
+def clear_pays(
+    run: Run, cands: Candidates, mode: str = "time", whole: bool = True
+) -> tuple[bool, int, int]:
     """DESIGN §4's rule for a change made only to save tokens while the cache is warm: it pays
     when 0.1 × tokens saved × requests still to come > 1.25 × tokens re-written.
     `microcompactWarm: "defer"` never pays; `"economic"` expects `microcompactHorizon` more
     requests — fewer when the window will force a change sooner (`requests_left`): that
     change clears these results anyway, so the clear saves only the reads until then. What is
-    re-written is what the provider cannot read back (`rewritten_after`): everything after the
-    last cache breakpoint before the first change."""
+    re-written is the whole request, system prompt and tools included: the price the project
+    measures by (economy.md) reads back only an earlier request that is a prefix of the new
+    one, and once a session has changed its prefix (a clear, a snip, a summary) no request
+    since ends before the old results a clear changes. (The API also reads back at the
+    system prompt's breakpoint; counting that made warm clears look cheaper than they were
+    — see docs/decisions.md.)"""
     if run.policy.microcompact_warm == "defer":
         return False, 0, 0
     before = run.rendered
     record = clear_record(cands, "count", run.thread, mode)
     trial = run.graph.draft_record("clear", record["covers"], record["data"], run.thread)
     after = run.render([trial])
-    rewritten = rewritten_after(before, after)
+    rewritten = after.total if whole else rewritten_after(before, after)
     saved = before.total - after.total
     horizon = run.policy.microcompact_horizon
     if before.total <= run.threshold:  # a warm clear: the window's own change comes sooner

@@ -583,36 +583,3 @@ def test_a_warm_clear_waits_for_the_change_the_window_forces_when_that_is_near(
     applied = [e for e in out.events if e.applied]
     assert applied and applied[0].tier == "microcompact"
     assert applied[0].details["trigger"] == "count" and applied[0].tokens_before > 99_000
-
-
-def test_what_a_clear_rewrites_starts_at_the_last_breakpoint_before_it() -> None:
-    """The provider reads back a prefix only up to a cache breakpoint: the summary marker, or
-    the previous request's last, third- or fifth-to-last message. A clear in an older message
-    re-writes every message from the marker on (or all of them), not only those after it."""
-    from types import SimpleNamespace
-
-    from compactd.context.render.conversation import Message, Part
-    from compactd.context.tiers.microcompact import rewritten_after
-
-    def message(tokens: int, kind: str = "turn") -> Message:
-        return Message("user", [Part({"type": "text", "text": "x"}, "user", tokens)], 0, kind)
-
-    def rendered(messages: list[Message]) -> Any:
-        return SimpleNamespace(conversation=SimpleNamespace(messages=messages))
-
-    old = [message(100 * (i + 1)) for i in range(12)]  # 100, 200, … 1,200 tokens (+ overhead)
-    per = [m.tokens for m in old]
-
-    def changed(index: int, messages: list[Message] = old) -> list[Message]:
-        out = list(messages)
-        out[index] = message(5)
-        return out
-
-    # a change in the third message: nothing before it was a breakpoint: all is re-written
-    assert rewritten_after(rendered(old), rendered(changed(2))) == sum(per) - per[2] + 5 + 4
-    # a change in the last message but one: read back up to the previous request's last (n-3)
-    assert rewritten_after(rendered(old), rendered(changed(10))) == 5 + 4 + per[11]
-    # with a summary marker first, everything after it
-    marked = [message(300, "summary"), *old[1:]]
-    after = changed(4, marked)
-    assert rewritten_after(rendered(marked), rendered(after)) == sum(m.tokens for m in after[1:])

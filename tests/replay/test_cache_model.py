@@ -38,6 +38,25 @@ def test_a_change_at_position_p_rewrites_from_p() -> None:
     assert (charge.read, charge.written) == (1000, 3020)
 
 
+def test_the_system_breakpoint_sensitivity_reads_the_system_prompt_after_any_change() -> None:
+    """economy.md reads only whole earlier requests: after a change in the first message no
+    earlier request is a prefix, and the system prompt is written again. The sensitivity reads
+    the leading `fixed` blocks back from any live request that began with them."""
+    first = [(b"system", 20_000), (b"m0", 3000), (b"m1", 2000)]
+    changed = [(b"system", 20_000), (b"summary", 1500), (b"m1", 2000)]
+    plain = CacheModel("1h", min_prefix_tokens=0)
+    plain.request(first, at=0, fixed=1)
+    assert plain.request(changed, at=1, fixed=1).read == 0
+    sensitive = CacheModel("1h", min_prefix_tokens=0, system_breakpoint=True)
+    sensitive.request(first, at=0, fixed=1)
+    charge = sensitive.request(changed, at=1, fixed=1)
+    assert (charge.read, charge.written) == (20_000, 3500)
+    other = [(b"another system", 20_000), (b"m1", 2000)]
+    assert sensitive.request(other, at=2, fixed=1).read == 0  # a different prompt is not read
+    grown = [*changed, (b"m2", 700)]  # a whole earlier request still wins when it is longer
+    assert sensitive.request(grown, at=3, fixed=1).read == 23_500
+
+
 def test_a_gap_longer_than_the_ttl_rewrites_all() -> None:
     cache = CacheModel("5m", min_prefix_tokens=0)
     cache.request(blocks(1000, 2000), at=0)
