@@ -622,9 +622,24 @@ def search_range(graph: Graph, node: Node, path: Path, search: Search, max_chars
             more = sum(1 for h in hits if h > shown_to)
             rest.append(f"{handle} from line {shown_to + 1} ({more})")
     if rest:
-        listed = ", ".join(rest[:8]) + (f" and {len(rest) - 8} more" if len(rest) > 8 else "")
-        out.append(f"[compactd: more matches: {listed}; search those handles for them]")
+        out.append(_more_matches(rest, max_chars - len("\n".join(out)) - 1))
     return Recalled("\n".join(out)[:max_chars], lines, 1, lines, False, total)
+
+
+def _more_matches(rest: list[str], room: int) -> str:
+    """The closing note of a range search cut short: as many of the sources left as fit in
+    `room` characters, then how many more."""
+    listed: list[str] = []
+    for i, item in enumerate(rest):
+        more = len(rest) - i - 1
+        tail = f" and {more} more" if more else ""
+        note = f"[compactd: more matches: {', '.join([*listed, item])}{tail}; search those handles]"
+        if len(note) > room and listed:
+            break
+        listed.append(item)
+    left = len(rest) - len(listed)
+    tail = f" and {left} more" if left else ""
+    return f"[compactd: more matches: {', '.join(listed)}{tail}; search those handles]"
 
 
 def _groups(hits: list[int], context: int, first: int, last: int) -> list[list[int]]:
