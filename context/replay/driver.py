@@ -564,8 +564,13 @@ def replay(
         else 0
         for kind, text in systems.items()
     }
+    # named by the transcript, so a replay's handles (a digest of the session id) and with
+    # them its figures come out the same on every run; a new id only if the store has it
+    sid = "replay-" + hashlib.sha256(imported.source_id.encode()).hexdigest()[:16]
     session = engine.library.create(
-        config=dict(options.config), meta={"replayOf": imported.source_id}
+        None if engine.library.exists(sid) else sid,
+        dict(options.config),
+        {"replayOf": imported.source_id},
     )
     engine.sessions[session.id] = session
     applier = OpApplier(session)

@@ -247,3 +247,25 @@ def test_the_cli_prints_the_report_and_draws_the_plot(tmp_path: Path) -> None:
         if (data_dir / "sessions").exists()
         else True
     )
+
+
+def test_a_replay_with_recall_comes_out_the_same_in_another_engine() -> None:
+    """A replay's session is named by its transcript: its handles (a digest of the session id)
+    and so every figure are the same on every run, in a fresh store or one that already holds
+    that replay (which then takes a new id)."""
+
+    def replay_in(tmp: str) -> ReplayReport:
+        engine = Engine(FileStore(tmp), summary_provider="digest")
+        imported = load_transcript(str(LARGEST))[0]
+        options = ReplayOptions(
+            window=64_000, reserve=RESERVE, ttl="1h", system_tokens=SYSTEM, config={"recall": True}
+        )
+        return drive(replay(engine, imported, options), digest_answer)
+
+    with tempfile.TemporaryDirectory() as one, tempfile.TemporaryDirectory() as two:
+        first, second = replay_in(one), replay_in(two)
+        again = replay_in(one)  # the store holds the first: a new id, the same prices
+    assert first.recall.handles  # recall was on: the requests named handles
+    assert [s.tokens for s in first.steps] == [s.tokens for s in second.steps]
+    assert first.main["compactd"].cost == second.main["compactd"].cost
+    assert again.main["compactd"].requests == first.main["compactd"].requests
