@@ -501,7 +501,9 @@ def clear_pays(
     one, and once a session has changed its prefix (a clear, a snip, a summary) no request
     since ends before the old results a clear changes. (The API also reads back at the
     system prompt's breakpoint; counting that made warm clears look cheaper than they were
-    — see docs/decisions.md.)"""
+    — see docs/decisions.md.) `whole` False counts from the last breakpoint instead
+    (`rewritten_after`): a forced clear that only buys headroom (`keep_if_paid`), whose
+    alternative is a summary, not the cache kept."""
     if run.policy.microcompact_warm == "defer":
         return False, 0, 0
     before = run.rendered
