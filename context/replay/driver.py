@@ -574,6 +574,7 @@ def replay(
     )
     engine.sessions[session.id] = session
     applier = OpApplier(session)
+    applier.now = 0.0  # the transcript's own times: what the cascade weighs a pause by
     session.clock = lambda: applier.now
     ttl_seconds = TTL_SECONDS[options.ttl]
     fixed_prefix = options.system_breakpoint
@@ -632,7 +633,7 @@ def replay(
                 window=options.window,
                 max_output_tokens=options.reserve,
                 system=systems[rec.kind] or None,
-                cache_ttl=None,
+                cache_ttl=options.ttl,
             ),
         )
         cannot_fit = False

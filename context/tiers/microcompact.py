@@ -39,7 +39,7 @@ from ..projection import CLEAR, Projection, visible_bounds
 from ..render.conversation import TOOL_CALLS, TOOL_RESULTS
 from ..render.request import Rendered, RequestSpec, ServerEdit
 from ..superseded import Use, superseded
-from .base import Run, TierEvent, growth, server_path
+from .base import Run, TierEvent, cache_cold, growth, server_path
 
 TIER = "microcompact"
 
@@ -510,8 +510,10 @@ def clear_pays(
     record = clear_record(cands, "count", run.thread, mode)
     trial = run.graph.draft_record("clear", record["covers"], record["data"], run.thread)
     after = run.render([trial])
-    rewritten = after.total if whole else rewritten_after(before, after)
     saved = before.total - after.total
+    if cache_cold(run):  # the request is written whole anyway: the clear re-writes nothing
+        return saved > 0, saved, 0
+    rewritten = after.total if whole else rewritten_after(before, after)
     horizon = run.policy.microcompact_horizon
     if before.total <= run.threshold:  # a warm clear: the window's own change comes sooner
         horizon = min(horizon, requests_left(run))

@@ -52,7 +52,7 @@ from ..summarizer.instructions import checkpoint_system, fork_instruction
 from ..summarizer.types import Fork, Steps, SummaryFailure, SummaryNeeded
 from ..tokens import MESSAGE_OVERHEAD
 from ..turns import Turn, has_running, is_complete, plan_cuts, turn_node_ids, turns_of
-from .base import Run, TierEvent, growth, llm_bar
+from .base import Run, TierEvent, cache_cold, growth, llm_bar
 
 TIER = "summary"
 
@@ -650,9 +650,12 @@ def buys_runway(run: Run) -> bool:
     the rewrite of what it leaves, with the reads until the threshold, against the rewrite of
     what the cheaper tiers left and their reads. A clear that leaves the request a request or
     two from its threshold is the next rewrite already; a clear that buys many requests is not
-    worth a call, and neither is one that reached the target."""
-    if not run.pending or not run.target < run.total <= run.threshold:
-        return False  # nothing moved; or over the threshold (the bar says); or at the target
+    worth a call. This holds under the target too, for a warm clear as for a forced one: at a
+    large window a clear that halves the request still leaves every later request reading
+    what a summary would have replaced (docs/decisions.md, "A warm clear brings the summary
+    that pays")."""
+    if not run.pending or run.total > run.threshold:
+        return False  # nothing moved; or over the threshold (the bar says)
     rng = summary_range(run)
     if rng is None or not worth_a_call(run, rng)[0]:
         return False
@@ -703,11 +706,12 @@ def call_cost(run: Run, rng: Range) -> float:
     """What the summary's call costs, in calibrated input-token equivalents: 5× an output of
     at least `summaryMinTokens` (a real summary writes that much), and its input — as a fork,
     the request it continues read from the cache but for its newest step (which the previous
-    request did not hold, and the fork writes); else the range's transcript, sent whole."""
+    request did not hold, and the fork writes), or written whole when the cache has expired
+    (`cache_cold`); else the range's transcript, sent whole."""
     output = 5 * run.policy.summary_min_tokens
     if forks(run):
         total = run.start.total
-        new = min(total, growth(run))
+        new = total if cache_cold(run) else min(total, growth(run))
         return 0.1 * (total - new) + 1.25 * new + output
     return run.summary_input(rng).tokens * run.rendered.ratio + output
 
