@@ -650,12 +650,15 @@ def buys_runway(run: Run) -> bool:
     the rewrite of what it leaves, with the reads until the threshold, against the rewrite of
     what the cheaper tiers left and their reads. A clear that leaves the request a request or
     two from its threshold is the next rewrite already; a clear that buys many requests is not
-    worth a call. This holds under the target too, for a warm clear as for a forced one: at a
-    large window a clear that halves the request still leaves every later request reading
-    what a summary would have replaced (docs/decisions.md, "A warm clear brings the summary
-    that pays")."""
+    worth a call, and after a forced change neither is one that reached the target (the
+    spec's "Snip … bringing it below threshold; Tiers 3–5 do not trigger"). After a warm
+    clear, under the target too: at a large window a clear that takes a third off the request
+    still leaves every later request reading what a summary would have replaced
+    (docs/decisions.md, "A warm clear brings the summary that pays")."""
     if not run.pending or run.total > run.threshold:
         return False  # nothing moved; or over the threshold (the bar says)
+    if run.start.total > run.threshold and run.total <= run.target:
+        return False  # a forced change that reached the target
     rng = summary_range(run)
     if rng is None or not worth_a_call(run, rng)[0]:
         return False
