@@ -620,6 +620,7 @@ def replay(
             continue
         rec = by_index[index]
         at = clock[0] = rec.time
+        applier.now = max(applier.now, at)  # the request's own time: what the cascade records
         events: list[TierEvent] = []
         if previous is not None and at - previous >= policy.idle_seconds:
             events.extend(engine.run_idle(session).events)

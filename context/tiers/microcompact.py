@@ -421,9 +421,15 @@ def apply(run: Run) -> None:
             )
             return
     trigger = "count" if count else "forced"
+    warm_count = count and not over
     why = (
         f"{cands.calls} tool calls"
-        + (" (deferred as far as it may be)" if count and not over and cands.calls >= bound else "")
+        + (" (deferred as far as it may be)" if warm_count and cands.calls >= bound else "")
+        + (
+            " (the provider's cache has expired: the clear re-writes nothing)"
+            if warm_count and cands.calls < bound and cache_cold(run)
+            else ""
+        )
         if count
         else "over threshold (the window forces a change; old results go before whole turns)"
     )

@@ -763,6 +763,14 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
             "provider was not called",
         )
         return
+    why = (
+        "/compact"
+        if manual
+        else "over threshold after the cheaper tiers"
+        if run.total > llm_bar(run)
+        else "the change this run made re-writes the cached prefix anyway, and a summary "
+        "with it costs less per request than the change alone"
+    )
     if not manual:
         worth, freed = worth_a_call(run, rng)
         if not worth:
@@ -826,8 +834,7 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
     kept = _kept(run, rng, len(inp.user_requests))
     summary_event = TierEvent(
         TIER,
-        ("/compact" if manual else "over threshold after the cheaper tiers")
-        + f": summarized {_what(run, rng)}; kept {kept}",
+        why + f": summarized {_what(run, rng)}; kept {kept}",
         details={
             "kept": kept,
             "coveredTurns": len(rng.turns),
