@@ -67,7 +67,9 @@ def _automatic(run: Run) -> Steps[None]:
         snip.apply(run)
     if pressed and collapse.due(run):  # Tier 3 before the full summary
         yield from collapse.apply(run)
-    if pressed and rolling_summary.due(run) and not collapse.holds_headroom(run):
+    # …and a run that changed the prefix under it (a warm clear) may bring the summary along
+    # when the summary pays for its call (`rolling_summary.buys_runway`): one rewrite for both
+    if (pressed or run.pending) and rolling_summary.due(run) and not collapse.holds_headroom(run):
         # a snip of this very run is still a draft: let the summary see those turns whole
         # instead of only their user requests; snip again if the summary was not enough
         withdrawn = run.withdraw(snip.TIER) if run.provider is not None else False

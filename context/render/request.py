@@ -34,6 +34,9 @@ from .tally import Tally
 
 FORMATS = ("anthropic", "openai")
 
+CACHE_TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
+"""How long the provider keeps a cached prefix after its last use, by the breakpoints' `ttl`."""
+
 
 @attrs.frozen
 class RequestSpec:
@@ -62,6 +65,11 @@ class RequestSpec:
             raise InvalidContent(f"format must be one of {list(FORMATS)}", field="format")
         if self.cache_ttl not in (None, "5m", "1h"):
             raise InvalidContent("cacheTtl must be '5m' or '1h'", field="cacheTtl")
+
+    @property
+    def cache_seconds(self) -> float:
+        """How long the provider keeps this request's cached prefix (5 minutes unless 1h)."""
+        return CACHE_TTL_SECONDS[self.cache_ttl or "5m"]
 
     def budget(self) -> Budget:
         """The budget of the model the request is for (`window`/`maxOutputTokens` apply)."""

@@ -16,12 +16,13 @@ from __future__ import annotations
 import attrs
 
 from ..budget import input_price
+from ..render.request import CACHE_TTL_SECONDS
 
 READ = 0.1
 WRITE_5M = 1.25
 WRITE_1H = 2.0
 OUTPUT = 5.0
-TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}
+TTL_SECONDS = CACHE_TTL_SECONDS
 
 Block = tuple[bytes, int]  # (content key, tokens)
 

@@ -574,6 +574,7 @@ def replay(
     )
     engine.sessions[session.id] = session
     applier = OpApplier(session)
+    applier.now = 0.0  # the transcript's own times: what the cascade weighs a pause by
     session.clock = lambda: applier.now
     ttl_seconds = TTL_SECONDS[options.ttl]
     fixed_prefix = options.system_breakpoint
@@ -619,6 +620,7 @@ def replay(
             continue
         rec = by_index[index]
         at = clock[0] = rec.time
+        applier.now = max(applier.now, at)  # the request's own time: what the cascade records
         events: list[TierEvent] = []
         if previous is not None and at - previous >= policy.idle_seconds:
             events.extend(engine.run_idle(session).events)
@@ -632,7 +634,7 @@ def replay(
                 window=options.window,
                 max_output_tokens=options.reserve,
                 system=systems[rec.kind] or None,
-                cache_ttl=None,
+                cache_ttl=options.ttl,
             ),
         )
         cannot_fit = False

@@ -18,7 +18,7 @@ from ..budget import Calibration
 from ..errors import HeadConflict
 from ..graph import Path, Record
 from ..policy import Policy
-from ..projection import CLEAR, CONTEXT_KINDS, REACTIVE
+from ..projection import CLEAR, CONTEXT_KINDS, REACTIVE, USAGE
 from ..render.request import Rendered, RenderParams, RequestSpec
 from ..session import Session
 from ..summarizer.input import Range, SummaryInput, build_input
@@ -293,6 +293,26 @@ def llm_bar(run: Run) -> int:
     if when == "auto":
         when = "threshold" if server_path(run.policy, run.spec) else "pressed"
     return run.threshold if when == "threshold" else run.target
+
+
+def cache_cold(run: Run) -> bool:
+    """The provider's cache of this session has expired: no request of it was reported within
+    the TTL its breakpoints ask (`RequestSpec.cache_seconds`). The next request is written
+    whole whatever changes in it, so a change costs no rewrite, and a summary asked as a fork
+    reads nothing back. A session whose requests were never reported counts as warm (the
+    rules for a warm cache are the careful ones)."""
+    last = last_reported(run.graph)
+    return last is not None and run.session.clock() - last >= run.spec.cache_seconds
+
+
+def last_reported(graph: Any) -> float | None:
+    """When the provider's usage of the session's last request was recorded (any thread: a
+    sub-agent's request does not keep the main thread's prefix alive, so this errs warm)."""
+    kept = graph.memo.get("last_reported")
+    if kept is None or kept[0] != graph.records_version:
+        last = next((r.ts for r in reversed(graph.records) if r.kind == USAGE), None)
+        kept = graph.memo["last_reported"] = (graph.records_version, last)
+    return kept[1]  # type: ignore[no-any-return]
 
 
 def growth(run: Run, steps: int = 5) -> int:

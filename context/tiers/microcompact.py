@@ -39,7 +39,7 @@ from ..projection import CLEAR, Projection, visible_bounds
 from ..render.conversation import TOOL_CALLS, TOOL_RESULTS
 from ..render.request import Rendered, RequestSpec, ServerEdit
 from ..superseded import Use, superseded
-from .base import Run, TierEvent, growth, server_path
+from .base import Run, TierEvent, cache_cold, growth, server_path
 
 TIER = "microcompact"
 
@@ -421,9 +421,15 @@ def apply(run: Run) -> None:
             )
             return
     trigger = "count" if count else "forced"
+    warm_count = count and not over
     why = (
         f"{cands.calls} tool calls"
-        + (" (deferred as far as it may be)" if count and not over and cands.calls >= bound else "")
+        + (" (deferred as far as it may be)" if warm_count and cands.calls >= bound else "")
+        + (
+            " (the provider's cache has expired: the clear re-writes nothing)"
+            if warm_count and cands.calls < bound and cache_cold(run)
+            else ""
+        )
         if count
         else "over threshold (the window forces a change; old results go before whole turns)"
     )
@@ -510,8 +516,10 @@ def clear_pays(
     record = clear_record(cands, "count", run.thread, mode)
     trial = run.graph.draft_record("clear", record["covers"], record["data"], run.thread)
     after = run.render([trial])
-    rewritten = after.total if whole else rewritten_after(before, after)
     saved = before.total - after.total
+    if cache_cold(run):  # the request is written whole anyway: the clear re-writes nothing
+        return saved > 0, saved, 0
+    rewritten = after.total if whole else rewritten_after(before, after)
     horizon = run.policy.microcompact_horizon
     if before.total <= run.threshold:  # a warm clear: the window's own change comes sooner
         horizon = min(horizon, requests_left(run))

@@ -52,7 +52,7 @@ from ..summarizer.instructions import checkpoint_system, fork_instruction
 from ..summarizer.types import Fork, Steps, SummaryFailure, SummaryNeeded
 from ..tokens import MESSAGE_OVERHEAD
 from ..turns import Turn, has_running, is_complete, plan_cuts, turn_node_ids, turns_of
-from .base import Run, TierEvent, growth, llm_bar
+from .base import Run, TierEvent, cache_cold, growth, llm_bar
 
 TIER = "summary"
 
@@ -650,9 +650,15 @@ def buys_runway(run: Run) -> bool:
     the rewrite of what it leaves, with the reads until the threshold, against the rewrite of
     what the cheaper tiers left and their reads. A clear that leaves the request a request or
     two from its threshold is the next rewrite already; a clear that buys many requests is not
-    worth a call, and neither is one that reached the target."""
-    if not run.pending or not run.target < run.total <= run.threshold:
-        return False  # nothing moved; or over the threshold (the bar says); or at the target
+    worth a call, and after a forced change neither is one that reached the target (the
+    spec's "Snip … bringing it below threshold; Tiers 3–5 do not trigger"). After a warm
+    clear, under the target too: at a large window a clear that takes a third off the request
+    still leaves every later request reading what a summary would have replaced
+    (docs/decisions.md, "A warm clear brings the summary that pays")."""
+    if not run.pending or run.total > run.threshold:
+        return False  # nothing moved; or over the threshold (the bar says)
+    if run.start.total > run.threshold and run.total <= run.target:
+        return False  # a forced change that reached the target
     rng = summary_range(run)
     if rng is None or not worth_a_call(run, rng)[0]:
         return False
@@ -703,11 +709,12 @@ def call_cost(run: Run, rng: Range) -> float:
     """What the summary's call costs, in calibrated input-token equivalents: 5× an output of
     at least `summaryMinTokens` (a real summary writes that much), and its input — as a fork,
     the request it continues read from the cache but for its newest step (which the previous
-    request did not hold, and the fork writes); else the range's transcript, sent whole."""
+    request did not hold, and the fork writes), or written whole when the cache has expired
+    (`cache_cold`); else the range's transcript, sent whole."""
     output = 5 * run.policy.summary_min_tokens
     if forks(run):
         total = run.start.total
-        new = min(total, growth(run))
+        new = total if cache_cold(run) else min(total, growth(run))
         return 0.1 * (total - new) + 1.25 * new + output
     return run.summary_input(rng).tokens * run.rendered.ratio + output
 
@@ -756,6 +763,14 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
             "provider was not called",
         )
         return
+    why = (
+        "/compact"
+        if manual
+        else "over threshold after the cheaper tiers"
+        if run.total > llm_bar(run)
+        else "the change this run made re-writes the cached prefix anyway, and a summary "
+        "with it costs less per request than the change alone"
+    )
     if not manual:
         worth, freed = worth_a_call(run, rng)
         if not worth:
@@ -819,8 +834,7 @@ def apply(run: Run, *, manual: bool = False, instructions: str | None = None) ->
     kept = _kept(run, rng, len(inp.user_requests))
     summary_event = TierEvent(
         TIER,
-        ("/compact" if manual else "over threshold after the cheaper tiers")
-        + f": summarized {_what(run, rng)}; kept {kept}",
+        why + f": summarized {_what(run, rng)}; kept {kept}",
         details={
             "kept": kept,
             "coveredTurns": len(rng.turns),

@@ -488,3 +488,46 @@ def test_a_clear_that_buys_little_runway_brings_the_summary_into_the_same_run(
     assert bool(recorder.needs) is (turns == 4)
     assert out.rendered.total <= (TARGET if turns == 4 else THRESHOLD)
     assert len(records(engine, sid, "clear")) == 1  # one cascade, one commit
+
+
+def worked_turn(tag: str, words: int, reads: int) -> list[dict[str, Any]]:
+    """A complete turn: a request, a long explanation, `reads` Reads of 150 words each."""
+    msgs = [user(f"ask {tag}"), assistant(filler(f"{tag}x", words))]
+    for k in range(reads):
+        use_id = f"toolu_{tag}_{k}"
+        msgs.append(assistant(f"read {k}", tool_use(use_id, "Read")))
+        msgs.append(results(tool_result(use_id, filler(f"{tag}r{k}", 150))))
+    msgs.append(assistant(f"done {tag}"))
+    return msgs
+
+
+@pytest.mark.parametrize("explained", [200, 1_500])
+def test_a_warm_clear_brings_the_summary_along_when_the_summary_pays(
+    engine: Engine, explained: int
+) -> None:
+    """At a large window, under the threshold and even the target: the count trigger's clear
+    pays for its rewrite, and the turns before the retained ones are mostly the assistant's
+    own text, which no clear frees. Every later request would read that text again; the
+    summary that replaces it runs in the same run, one rewrite for both. Turns of little
+    text are not worth a call: the clear goes alone."""
+    sid = open_session(engine, {"summaryProvider": "digest", "snipEnabled": False})
+    for t in range(5):
+        engine.append(sid, messages=worked_turn(f"t{t}", explained, 10))
+    engine.append(sid, messages=[user("now: finish")])
+    p = params(200_000)  # limit 192,000: threshold 172,800, target 96,000
+    start = engine.render(sid, p).total
+    assert start < 96_000
+    recorder = Recorder()
+    out = cascade(engine, sid, p, answer=recorder)
+    applied = [e for e in out.events if e.applied]
+    assert applied[0].tier == "microcompact" and applied[0].details["trigger"] == "count"
+    summarized = explained > 1_000
+    assert [e.tier for e in applied] == (
+        ["microcompact", "summary"] if summarized else ["microcompact"]
+    )
+    assert bool(recorder.needs) is summarized
+    assert len(records(engine, sid, "summary")) == int(summarized)
+    if summarized:
+        assert applied[1].reason.startswith("the change this run made re-writes")
+        assert out.rendered.total < applied[0].tokens_after / 2
+    assert len(records(engine, sid, "clear")) == 1  # one cascade, one commit

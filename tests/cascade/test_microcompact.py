@@ -200,6 +200,46 @@ def test_economic_mode_defers_when_the_rewrite_costs_more(engine: Engine) -> Non
     assert records(engine, sid, "clear") == []
 
 
+@pytest.mark.parametrize(
+    ("ttl", "pause", "cold"),
+    [("1h", 600, False), ("1h", 3_600, True), ("5m", 600, True), (None, 299, False)],
+)
+def test_a_warm_clear_that_would_not_pay_is_made_once_the_cache_has_expired(
+    store: FileStore, ttl: str | None, pause: float, cold: bool
+) -> None:
+    """The rewrite a warm clear is deferred for is no cost once the provider's cache has
+    expired (no request reported within the breakpoints' TTL): the next request is written
+    whole either way, so the clear is made then, and a later reading finds the same."""
+    clock = Clock(1_000_000.0)
+    engine = Engine(store, clock=clock)
+    sid = open_session(engine)
+    engine.append(sid, messages=[user("task")])
+    for k, n in enumerate([30] * 45 + [600] * 5, start=1):
+        add_call(engine, sid, k, ("Read", filler(f"r{k}", n)))
+    p = params(BIG, cache_ttl=ttl)
+    assert not cascade(engine, sid, p).events[0].applied  # the same session, warm: deferred
+    engine.record_usage(sid, MODEL, {"input_tokens": engine.render(sid, p).total})
+    clock.now += pause
+    out = cascade(engine, sid, p)
+    (event,) = out.events
+    assert event.applied is cold
+    assert ("the provider's cache has expired" in event.reason) is cold
+    assert len(records(engine, sid, "clear")) == int(cold)
+    assert (out.rendered.total < event.tokens_before) is cold
+
+
+def test_a_session_never_reported_counts_as_warm(store: FileStore) -> None:
+    clock = Clock(1_000_000.0)
+    engine = Engine(store, clock=clock)
+    sid = open_session(engine)
+    engine.append(sid, messages=[user("task")])
+    for k, n in enumerate([30] * 45 + [600] * 5, start=1):
+        add_call(engine, sid, k, ("Read", filler(f"r{k}", n)))
+    clock.now += 10 * 3_600
+    (event,) = cascade(engine, sid, params(BIG, cache_ttl="1h")).events
+    assert not event.applied and event.reason.startswith("deferred")
+
+
 def over_threshold_session(engine: Engine, config: dict[str, Any] | None = None) -> str:
     """20 calls (under the count trigger) whose results put the request over 90 %."""
     sid = open_session(engine, config)

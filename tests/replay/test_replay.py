@@ -197,7 +197,10 @@ def test_the_report_compares_compactd_no_management_and_the_recorded_run() -> No
     )
 
 
-def test_a_longer_ttl_changes_the_price_not_the_context() -> None:
+def test_a_longer_ttl_changes_the_price() -> None:
+    """The cascade weighs a pause against the TTL (a clear the warm rule defers is made once
+    the cache has expired), so the TTL may change the context too; this session has no pause
+    between five minutes and an hour, and the two agree on every request."""
     small = CLAUDE[-1]
     short, long = run(small, 200_000, "5m"), run(small, 200_000, "1h")
     assert [s.tokens for s in short.steps] == [s.tokens for s in long.steps]
@@ -269,3 +272,20 @@ def test_a_replay_with_recall_comes_out_the_same_in_another_engine() -> None:
     assert [s.tokens for s in first.steps] == [s.tokens for s in second.steps]
     assert first.main["compactd"].cost == second.main["compactd"].cost
     assert again.main["compactd"].requests == first.main["compactd"].requests
+
+
+def test_the_cascade_runs_on_the_transcripts_clock() -> None:
+    """What the cascade records during a replay carries the recorded session's times, so a
+    pause in the transcript is one to the cascade (whether the provider's cache expired)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = Engine(FileStore(tmp), summary_provider="digest")
+        imported = load_transcript(str(LARGEST))[0]
+        options = ReplayOptions(window=64_000, reserve=RESERVE, ttl="1h", system_tokens=SYSTEM)
+        report = drive(replay(engine, imported, options), digest_answer)
+        (session,) = [s for s in engine.sessions.values() if s.id.startswith("replay-")]
+        usage = [r.ts for r in session.graph.records if r.kind == "usage"]
+    times = [s.time for s in report.steps]
+    assert len(usage) == len(times)
+    # each at its request's time (or the latest time seen, where threads interleave)
+    assert all(0 <= u - t < 60 for u, t in zip(usage, times, strict=True))
+    assert max(times) - min(times) > 3_600  # the session spans pauses the cache outlives
