@@ -68,7 +68,12 @@ class RequestSpec:
 
     @property
     def cache_seconds(self) -> float:
-        """How long the provider keeps this request's cached prefix (5 minutes unless 1h)."""
+        """How long the provider keeps this request's cached prefix: what its breakpoints ask
+        (5 minutes unless 1h) on Anthropic; elsewhere the cache is the provider's best effort
+        (OpenAI keeps a prefix 5–10 minutes, up to an hour), so the longest it may live — a
+        cache counted cold that was warm would re-write it for a clear."""
+        if self.format != "anthropic":
+            return CACHE_TTL_SECONDS["1h"]
         return CACHE_TTL_SECONDS[self.cache_ttl or "5m"]
 
     def budget(self) -> Budget:

@@ -308,11 +308,13 @@ def cache_cold(run: Run) -> bool:
 def last_reported(graph: Any) -> float | None:
     """When the provider's usage of the session's last request was recorded (any thread: a
     sub-agent's request does not keep the main thread's prefix alive, so this errs warm)."""
-    kept = graph.memo.get("last_reported")
-    if kept is None or kept[0] != graph.records_version:
-        last = next((r.ts for r in reversed(graph.records) if r.kind == USAGE), None)
-        kept = graph.memo["last_reported"] = (graph.records_version, last)
-    return kept[1]  # type: ignore[no-any-return]
+    seen, last = graph.memo.get("last_reported", (0, None))
+    records = graph.records  # append-only: only the records since the last look are read
+    if seen < len(records):
+        found = next((r.ts for r in reversed(records[seen:]) if r.kind == USAGE), None)
+        last = found if found is not None else last
+        graph.memo["last_reported"] = (len(records), last)
+    return last  # type: ignore[no-any-return]
 
 
 def growth(run: Run, steps: int = 5) -> int:
