@@ -77,13 +77,15 @@ def results_and_talk(engine: Engine) -> str:
     return sid
 
 
-def explained_turn(tag: str, ask: str, words: int, reads: int) -> list[dict[str, Any]]:
+def explained_turn(
+    tag: str, ask: str, words: int, reads: int, read_words: int = 100
+) -> list[dict[str, Any]]:
     """A complete turn whose bulk is the assistant's own explanation, with a few reads."""
     msgs = [user(ask), assistant(filler(f"{tag}x", words))]
     for k in range(reads):
         use_id = f"toolu_{tag}_{k}"
         msgs.append(assistant(f"read {k}", tool_use(use_id, "Read")))
-        msgs.append(results(tool_result(use_id, filler(f"{tag}r{k}", 100))))
+        msgs.append(results(tool_result(use_id, filler(f"{tag}r{k}", read_words))))
     msgs.append(assistant(f"done {tag}"))
     return msgs
 
@@ -490,17 +492,6 @@ def test_a_clear_that_buys_little_runway_brings_the_summary_into_the_same_run(
     assert len(records(engine, sid, "clear")) == 1  # one cascade, one commit
 
 
-def worked_turn(tag: str, words: int, reads: int) -> list[dict[str, Any]]:
-    """A complete turn: a request, a long explanation, `reads` Reads of 150 words each."""
-    msgs = [user(f"ask {tag}"), assistant(filler(f"{tag}x", words))]
-    for k in range(reads):
-        use_id = f"toolu_{tag}_{k}"
-        msgs.append(assistant(f"read {k}", tool_use(use_id, "Read")))
-        msgs.append(results(tool_result(use_id, filler(f"{tag}r{k}", 150))))
-    msgs.append(assistant(f"done {tag}"))
-    return msgs
-
-
 @pytest.mark.parametrize("explained", [200, 1_500])
 def test_a_warm_clear_brings_the_summary_along_when_the_summary_pays(
     engine: Engine, explained: int
@@ -512,7 +503,7 @@ def test_a_warm_clear_brings_the_summary_along_when_the_summary_pays(
     text are not worth a call: the clear goes alone."""
     sid = open_session(engine, {"summaryProvider": "digest", "snipEnabled": False})
     for t in range(5):
-        engine.append(sid, messages=worked_turn(f"t{t}", explained, 10))
+        engine.append(sid, messages=explained_turn(f"t{t}", f"ask t{t}", explained, 10, 150))
     engine.append(sid, messages=[user("now: finish")])
     p = params(200_000)  # limit 192,000: threshold 172,800, target 96,000
     start = engine.render(sid, p).total

@@ -188,8 +188,12 @@ def test_economic_mode_clears_while_warm_when_the_savings_pay_for_the_rewrite(
     assert engine.render(sid, params(BIG)).total == event.tokens_after
 
 
+DEFERRED = [30] * 45 + [600] * 5
+"""Small old results, big kept ones: a warm clear of them does not pay for its rewrite."""
+
+
 def test_economic_mode_defers_when_the_rewrite_costs_more(engine: Engine) -> None:
-    sid = sized_session(engine, [30] * 45 + [600] * 5)  # small old results, big kept ones
+    sid = sized_session(engine, DEFERRED)
     out = cascade(engine, sid, params(BIG))
     (event,) = out.events
     assert not event.applied and event.reason.startswith("deferred")
@@ -220,10 +224,7 @@ def test_a_warm_clear_that_would_not_pay_is_made_once_the_cache_has_expired(
     the clear is made then."""
     clock = Clock(1_000_000.0)
     engine = Engine(store, clock=clock)
-    sid = open_session(engine)
-    engine.append(sid, messages=[user("task")])
-    for k, n in enumerate([30] * 45 + [600] * 5, start=1):
-        add_call(engine, sid, k, ("Read", filler(f"r{k}", n)))
+    sid = sized_session(engine, DEFERRED)
     p = params(BIG, cache_ttl=ttl, format=fmt)
     assert not cascade(engine, sid, p).events[0].applied  # the same session, warm: deferred
     engine.record_usage(sid, MODEL, {"input_tokens": engine.render(sid, p).total})
@@ -239,10 +240,7 @@ def test_a_warm_clear_that_would_not_pay_is_made_once_the_cache_has_expired(
 def test_a_session_never_reported_counts_as_warm(store: FileStore) -> None:
     clock = Clock(1_000_000.0)
     engine = Engine(store, clock=clock)
-    sid = open_session(engine)
-    engine.append(sid, messages=[user("task")])
-    for k, n in enumerate([30] * 45 + [600] * 5, start=1):
-        add_call(engine, sid, k, ("Read", filler(f"r{k}", n)))
+    sid = sized_session(engine, DEFERRED)
     clock.now += 10 * 3_600
     (event,) = cascade(engine, sid, params(BIG, cache_ttl="1h")).events
     assert not event.applied and event.reason.startswith("deferred")
